@@ -1,0 +1,146 @@
+"""The results schema (SQLAlchemy 2 typed ORM). Alembic migrations in db/migrations follow these classes.
+
+sweeps 1-n jobs 1-n runs; jobs n-1 builds (content-addressed), n-1 models; runs n-1 boards.
+A job row is the job's final state: status "ok" or an error kind once final, "pending"/"pending-device"
+before. Every attempt on a board is a run row with its number.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Sweep(Base):
+    __tablename__ = "sweeps"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # content hash of the spec
+    name: Mapped[str] = mapped_column(String(200))
+    label: Mapped[str] = mapped_column(String(200), default="")
+    source_path: Mapped[str] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(Text)  # the TOML as submitted, so resume needs no file
+    status: Mapped[str] = mapped_column(String(32), default="running")  # running/complete/incomplete/cancelled
+    job_count: Mapped[int] = mapped_column(Integer, default=0)
+    host: Mapped[str] = mapped_column(String(200), default="")
+    tvm_version: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Model(Base):
+    __tablename__ = "models"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    source: Mapped[str] = mapped_column(Text)
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    inputs: Mapped[list] = mapped_column(JSON)  # [[name, shape, dtype], ...]
+
+
+class Build(Base):
+    __tablename__ = "builds"
+
+    build_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model_sha256: Mapped[str] = mapped_column(ForeignKey("models.sha256"))
+    target: Mapped[dict] = mapped_column(JSON)
+    executor: Mapped[str] = mapped_column(String(32))
+    opt_level: Mapped[int] = mapped_column(Integer)
+    pipeline: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(32))  # ok / model / build
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    fingerprint: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    pass_trace: Mapped[list] = mapped_column(JSON, default=list)
+    pass_count: Mapped[int] = mapped_column(Integer, default=0)
+    kernel_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    compile_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    artifact_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    artifact_size: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    artifact_arch: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    tvm_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    ffi_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    host: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Board(Base):
+    __tablename__ = "boards"
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)  # key@host:port
+    key: Mapped[str] = mapped_column(String(100), index=True)
+    arch: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    emulated: Mapped[bool] = mapped_column(Boolean, default=False)
+    facts: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    state: Mapped[str] = mapped_column(String(32), default="ok")  # ok / suspect / quarantined
+    consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
+    last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("sweep_id", "job_key", name="uq_jobs_sweep_key"),
+        Index("ix_jobs_model_target", "model_name", "target_name"),
+        Index("ix_jobs_status", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id"), index=True)
+    job_key: Mapped[str] = mapped_column(String(64), index=True)
+    model_sha256: Mapped[str] = mapped_column(ForeignKey("models.sha256"))
+    model_name: Mapped[str] = mapped_column(String(200))
+    target_name: Mapped[str] = mapped_column(String(100))
+    board_key: Mapped[str] = mapped_column(String(100))
+    executor: Mapped[str] = mapped_column(String(32))
+    opt_level: Mapped[int] = mapped_column(Integer)
+    pipeline: Mapped[str] = mapped_column(String(32))
+    build_key: Mapped[str] = mapped_column(String(64), index=True)
+    config: Mapped[dict] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(32), default="pending")
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    equivalent_to: Mapped[str | None] = mapped_column(String(64), nullable=True)  # job key measured instead
+    final_run_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    __table_args__ = (UniqueConstraint("job_id", "attempt", name="uq_runs_job_attempt"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    board_id: Mapped[str | None] = mapped_column(ForeignKey("boards.id"), nullable=True, index=True)
+    status: Mapped[str] = mapped_column(String(32))
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    unit: Mapped[str] = mapped_column(String(16), default="ms")
+    samples: Mapped[list] = mapped_column(JSON, default=list)
+    median: Mapped[float | None] = mapped_column(Float, nullable=True)
+    mean: Mapped[float | None] = mapped_column(Float, nullable=True)
+    std: Mapped[float | None] = mapped_column(Float, nullable=True)
+    min: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_abs_err: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_rel_err: Mapped[float | None] = mapped_column(Float, nullable=True)
+    emulated: Mapped[bool] = mapped_column(Boolean, default=False)
+    load_avg_1m: Mapped[float | None] = mapped_column(Float, nullable=True)
+    builds_in_flight: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    equivalent_to: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

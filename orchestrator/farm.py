@@ -1,0 +1,281 @@
+"""The device farm: a TVM RPC tracker and the boards registered with it.
+
+A local farm is a real tracker and real board-agent processes on 127.0.0.1. ``farm up`` keeps one
+running between commands (its state in TVMBENCH_HOME/farm.json); ``farm connect`` points tvmbench at an
+existing tracker; ``sweep run`` with neither starts an ephemeral local farm and stops it afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workers.measure import parse_addr, registered_keys, tracker_summary
+
+LOOPBACK = "127.0.0.1"
+RPC_WARNING = (
+    "TVM RPC runs uploaded code for anyone who can connect, in plain text: expose it only on a trusted network"
+)
+
+
+class FarmError(RuntimeError):
+    """The farm could not be started or reached; the message says what to do."""
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A port that is free on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def wait_until(condition: Any, timeout_s: float, what: str, interval_s: float = 0.1) -> Any:
+    """Poll ``condition()`` until it returns a truthy value or the deadline passes (FarmError)."""
+    deadline = time.monotonic() + timeout_s
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+            if value:
+                return value
+        except Exception as exc:  # the thing polled may not be up yet
+            last_exc = exc
+        time.sleep(interval_s)
+    raise FarmError(f"timed out after {timeout_s:g}s waiting for {what}" + (f" ({last_exc})" if last_exc else ""))
+
+
+def _spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        # A session of its own, so that stopping it also stops the RPC server's forked workers.
+        return subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env
+        )
+
+
+def stop_pid(pid: int, timeout_s: float = 5.0) -> None:
+    """Stop a process group started by this module: SIGTERM, then SIGKILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                waited, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # not our child: poll for its disappearance
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    return
+                waited = 0
+            if waited == pid:
+                return
+            time.sleep(0.05)
+
+
+@dataclass
+class BoardProcess:
+    key: str
+    port: int
+    pid: int
+
+
+@dataclass
+class LocalFarm:
+    """A tracker and board agents started by this machine, on loopback unless told otherwise."""
+
+    tracker_port: int
+    tracker_pid: int
+    host: str = LOOPBACK
+    boards: list[BoardProcess] = field(default_factory=list)
+    log_dir: str = ""
+
+    @property
+    def tracker(self) -> str:
+        return f"{self.host}:{self.tracker_port}"
+
+    @classmethod
+    def start(
+        cls,
+        log_dir: Path,
+        boards: dict[str, int] | None = None,
+        host: str = LOOPBACK,
+        tracker_port: int | None = None,
+        timeout_s: float = 60.0,
+    ) -> LocalFarm:
+        """Start a tracker and ``boards`` ({key: count}, default one "host" board); wait until registered."""
+        if host != LOOPBACK:
+            print(f"warning: farm listening on {host}: {RPC_WARNING}", file=sys.stderr)
+        port = tracker_port or free_port(host)
+        proc = _spawn(
+            [
+                sys.executable,
+                "-m",
+                "tvm.exec.rpc_tracker",
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--port-end",
+                str(port + 1),
+                "--silent",
+            ],
+            log_dir / "tracker.log",
+        )
+        farm = cls(tracker_port=port, tracker_pid=proc.pid, host=host, log_dir=str(log_dir))
+        try:
+            wait_until(
+                lambda: tracker_summary(farm.tracker, timeout_s=2) is not None,
+                timeout_s,
+                f"the tracker on {farm.tracker} (log: {log_dir / 'tracker.log'})",
+            )
+            for key, count in (boards or {"host": 1}).items():
+                for _ in range(count):
+                    farm.add_board(key, wait=False)
+            farm.wait_for_boards(timeout_s)
+        except BaseException:
+            farm.stop()
+            raise
+        return farm
+
+    def add_board(self, key: str = "host", *, wait: bool = True, timeout_s: float = 60.0) -> BoardProcess:
+        """Start one board agent on this machine registered under ``key``."""
+        port = free_port(self.host)
+        agent = Path(__file__).resolve().parent.parent / "workers" / "board_agent.py"
+        proc = _spawn(
+            [
+                sys.executable,
+                str(agent),
+                "--tracker",
+                self.tracker,
+                "--key",
+                key,
+                "--host",
+                self.host,
+                "--port",
+                str(port),
+            ],
+            Path(self.log_dir) / f"board-{key}-{port}.log",
+        )
+        board = BoardProcess(key=key, port=port, pid=proc.pid)
+        self.boards.append(board)
+        if wait:
+            self.wait_for_boards(timeout_s)
+        return board
+
+    def wait_for_boards(self, timeout_s: float = 60.0) -> None:
+        want: dict[str, int] = {}
+        for b in self.boards:
+            want[b.key] = want.get(b.key, 0) + 1
+
+        def registered() -> bool:
+            have = registered_keys(tracker_summary(self.tracker, timeout_s=2))
+            return all(have.get(k, 0) >= n for k, n in want.items())
+
+        wait_until(registered, timeout_s, f"boards {want} to register with {self.tracker} (logs in {self.log_dir})")
+
+    def stop(self) -> None:
+        for board in self.boards:
+            stop_pid(board.pid)
+        stop_pid(self.tracker_pid)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tracker": self.tracker,
+            "managed": True,
+            "tracker_pid": self.tracker_pid,
+            "host": self.host,
+            "tracker_port": self.tracker_port,
+            "log_dir": self.log_dir,
+            "boards": [b.__dict__ for b in self.boards],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LocalFarm:
+        return cls(
+            tracker_port=data["tracker_port"],
+            tracker_pid=data["tracker_pid"],
+            host=data["host"],
+            log_dir=data["log_dir"],
+            boards=[BoardProcess(**b) for b in data["boards"]],
+        )
+
+
+def state_file(home: Path) -> Path:
+    return home / "farm.json"
+
+
+def read_state(home: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(state_file(home).read_text())
+    except FileNotFoundError:
+        return None
+
+
+def write_state(home: Path, data: dict[str, Any]) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    state_file(home).write_text(json.dumps(data, indent=2))
+
+
+def configured_tracker(home: Path) -> str | None:
+    """The tracker to use: TVMBENCH_TRACKER, else the one `farm up`/`farm connect` recorded, else None."""
+    env = os.environ.get("TVMBENCH_TRACKER")
+    if env:
+        return env
+    state = read_state(home)
+    return state["tracker"] if state else None
+
+
+def connect(home: Path, tracker: str) -> dict[str, Any]:
+    """Record an existing tracker as this machine's farm, after checking that it answers."""
+    parse_addr(tracker)
+    try:
+        summary = tracker_summary(tracker, timeout_s=5)
+    except OSError as exc:
+        raise FarmError(
+            f"no TVM RPC tracker answers at {tracker} ({exc}); check the address and that "
+            "`python -m tvm.exec.rpc_tracker` runs there"
+        ) from None
+    write_state(home, {"tracker": tracker, "managed": False})
+    return summary
+
+
+def down(home: Path) -> str | None:
+    """Stop the farm `farm up` started (or forget a connected one); returns its tracker address."""
+    state = read_state(home)
+    if state is None:
+        return None
+    if state.get("managed"):
+        LocalFarm.from_json(state).stop()
+    state_file(home).unlink(missing_ok=True)
+    return state["tracker"]
+
+
+def board_rows(tracker: str) -> list[dict[str, Any]]:
+    """Boards registered with the tracker, one dict each (key, address), plus per-key queue counts."""
+    summary = tracker_summary(tracker)
+    queues = summary.get("queue_info", {})
+    rows = []
+    for server in summary.get("server_info", []):
+        key = str(server.get("key", "")).removeprefix("server:")
+        host, port = server.get("addr", ["?", "?"])
+        q = queues.get(key, {})
+        rows.append(
+            {
+                "board": f"{key}@{host}:{port}",
+                "key": key,
+                "free_in_key": q.get("free", 0),
+                "pending_in_key": q.get("pending", 0),
+            }
+        )
+    return rows

@@ -1,0 +1,162 @@
+"""Terminal tables for the CLI (rich). Pure formatting: the data comes from db.store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+_STATUS_STYLE = {"ok": "green", "pending": "yellow", "pending-device": "yellow"}
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def simple_table(console: Console, rows: list[dict[str, Any]], title: str) -> None:
+    if not rows:
+        console.print(f"{title}: nothing to show")
+        return
+    table = Table(title=title)
+    for column in rows[0]:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(_fmt(v) for v in row.values()))
+    console.print(table)
+
+
+def plan_table(console: Console, sweep_id: str, rows: list[dict[str, Any]]) -> None:
+    table = Table(title=f"sweep {sweep_id}: {len(rows)} jobs")
+    for column in ("job", "model", "target", "board key", "executor", "opt", "pipeline", "artifact", "status"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            r["job_key"][:12],
+            r["model"],
+            r["target"],
+            r["board_key"],
+            r["executor"],
+            str(r["opt_level"]),
+            r["pipeline"],
+            "cached" if r["built"] else "to build",
+            r["status"],
+        )
+    console.print(table)
+    to_build = len(
+        {(r["model"], r["target"], r["executor"], r["opt_level"], r["pipeline"]) for r in rows if not r["built"]}
+    )
+    to_run = sum(1 for r in rows if r["status"] in ("new", "pending", "pending-device"))
+    console.print(f"{to_build} program(s) to build, {to_run} job(s) to run, {len(rows) - to_run} already final")
+
+
+def results_table(console: Console, rows: list[dict[str, Any]], title: str) -> None:
+    if not rows:
+        console.print(f"{title}: no results")
+        return
+    table = Table(title=title)
+    for column, justify in (
+        ("job", "left"),
+        ("model", "left"),
+        ("target", "left"),
+        ("board", "left"),
+        ("executor", "left"),
+        ("opt", "right"),
+        ("pipeline", "left"),
+        ("status", "left"),
+        ("median ms", "right"),
+        ("std ms", "right"),
+        ("max abs err", "right"),
+        ("compile s", "right"),
+        ("kernels", "right"),
+        ("program", "left"),
+    ):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        style = _STATUS_STYLE.get(r["status"], "red")
+        median = _fmt(r["median_ms"]) + (" (emulated)" if r["emulated"] and r["median_ms"] is not None else "")
+        program = (r["fingerprint"] or "-")[:8] + (f" = {r['equivalent_to'][:8]}" if r["equivalent_to"] else "")
+        table.add_row(
+            r["job_key"][:12],
+            r["model"],
+            r["target"],
+            r["board"] or "-",
+            r["executor"],
+            str(r["opt_level"]),
+            r["pipeline"],
+            f"[{style}]{r['status']}[/]",
+            median,
+            _fmt(r["std_ms"]),
+            _fmt(r["max_abs_err"]),
+            _fmt(r["compile_s"]),
+            _fmt(r["kernel_count"]),
+            program,
+        )
+    console.print(table)
+    failed = [r for r in rows if r["status"] not in ("ok", "pending", "pending-device") and r["error"]]
+    for r in failed[:10]:
+        console.print(f"[red]{r['job_key'][:12]} {r['status']}:[/] {r['error']}", highlight=False, soft_wrap=True)
+    if any(r["equivalent_to"] for r in rows):
+        console.print("program 'a = b': the job built the same program as job b, which was measured once for both")
+
+
+def outcome_line(outcome: Any) -> str:
+    statuses = ", ".join(f"{n} {s}" for s, n in sorted(outcome.statuses.items()))
+    built = (
+        f"compiled {outcome.built} program(s), reused {outcome.cached} from the artifact cache"
+        if outcome.built or outcome.cached
+        else "compiled nothing"
+    )
+    if outcome.built == 0 and outcome.cached:
+        built = f"compiled nothing: all {outcome.cached} program(s) came from the artifact cache"
+    parts = [f"sweep {outcome.sweep_id}: {outcome.jobs} jobs ({statuses})", built]
+    if outcome.already_final:
+        parts.append(f"{outcome.already_final} job(s) already had results and were skipped")
+    if outcome.equivalent:
+        parts.append(f"{outcome.equivalent} job(s) built a program identical to another's and share its measurement")
+    return "; ".join(parts)
+
+
+def job_detail(console: Console, d: dict[str, Any]) -> None:
+    console.print(f"[bold]job {d['job_key']}[/] (sweep {d['sweep_id']})")
+    console.print(f"  model {d['model']}  target {d['target']}  board key {d['board_key']}")
+    console.print(f"  executor {d['executor']}  opt_level {d['opt_level']}  pipeline {d['pipeline']}")
+    console.print(
+        f"  status [{_STATUS_STYLE.get(d['status'], 'red')}]{d['status']}[/]"
+        + (f": {d['error']}" if d.get("error") else ""),
+        highlight=False,
+    )
+    b = d.get("build")
+    if b:
+        console.print(
+            f"  build {b['status']}: program {b['fingerprint']}, {b['kernel_count']} kernels, "
+            f"{b['pass_count']} passes, {_fmt(b['compile_s'])} s, {b['artifact_size']} bytes "
+            f"{b['artifact_arch']}, TVM {b['tvm_version']} / ffi {b['ffi_version']}"
+        )
+        if b.get("error"):
+            console.print(f"  build error: {b['error']}", highlight=False)
+        if b["pass_trace"]:
+            console.print("  pass trace: " + " > ".join(b["pass_trace"]), highlight=False, soft_wrap=True)
+    for other in d.get("same_program_as", []):
+        console.print(
+            f"  same program as job {other['job_key'][:12]} (opt_level {other['opt_level']}, "
+            f"{other['pipeline']}, {other['executor']})"
+        )
+    for r in d.get("runs", []):
+        samples = ", ".join(f"{s:.4g}" for s in r["samples"])
+        line = (
+            f"  run {r['attempt']} on {r['board'] or '-'}: {r['status']}"
+            + (f" median {_fmt(r['median'])} {r['unit']}" if r["median"] is not None else "")
+            + (" (emulated)" if r["emulated"] else "")
+            + (f", samples [{samples}]" if samples else "")
+            + (f", max abs err {_fmt(r['max_abs_err'])}" if r["max_abs_err"] is not None else "")
+            + (f", load {r['load_avg_1m']:.2f}" if r["load_avg_1m"] is not None else "")
+            + (f", same program as {r['equivalent_to'][:12]}" if r["equivalent_to"] else "")
+        )
+        console.print(line, highlight=False, soft_wrap=True)
+        if r["error"]:
+            console.print(f"    error: {r['error']}", highlight=False, soft_wrap=True)

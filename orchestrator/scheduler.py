@@ -1,0 +1,325 @@
+"""Run a sweep: builds as Ray tasks, measurements as builds finish, every outcome stored as it arrives.
+
+The loop keeps two kinds of Ray tasks in flight: builds (one CPU each) and measurements (no CPU: the
+board does the work). Timing is only as good as the quiet around it, so a board that shares this
+machine's cores is fenced: it is timed only while no build runs here, and no build starts while it is
+being timed. Each run records the load it ran under.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from db.store import ResultStore
+from orchestrator.plan import plan_jobs
+from orchestrator.spec import SweepSpec
+from workers.artifacts import ArtifactCache
+from workers.compile import one_line, tvm_versions
+from workers.measure import tracker_summary
+from workers.onnx_model import seeded_inputs
+from workers.records import PENDING_STATUSES, Build, Job, Run, canonical_hash
+from workers.reference import reference_outputs
+
+MAX_ATTEMPTS = 2  # an `infra` failure (board died) is retried once, on another board if the key has one
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
+
+
+def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+    """Connect to a Ray cluster, or start a local instance bound to loopback with no dashboard."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address is None:
+        # Without this a local Ray binds all interfaces and talks over the node's network address.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    ray.init(
+        address=address,
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="WARNING",
+        configure_logging=True,
+    )
+
+
+def _remote_functions() -> tuple[Any, Any]:
+    import ray
+
+    from workers.compile import build_job
+    from workers.measure import measure_job
+
+    # A worker that dies mid-build is re-run by Ray (the build is a pure function of its inputs).
+    build = ray.remote(num_cpus=1, max_retries=2)(build_job)
+    measure = ray.remote(num_cpus=0, max_retries=0)(measure_job)
+    return build, measure
+
+
+@dataclass
+class SweepOutcome:
+    sweep_id: str
+    new: bool
+    jobs: int
+    already_final: int = 0
+    built: int = 0
+    cached: int = 0
+    measured: int = 0
+    equivalent: int = 0
+    statuses: Counter = field(default_factory=Counter)
+
+    @property
+    def complete(self) -> bool:
+        return not any(s in PENDING_STATUSES for s in self.statuses)
+
+
+ProgressFn = Callable[[str, dict[str, int]], None]
+
+
+def host_sharing_keys(tracker: str) -> set[str]:
+    """Board keys with a board on this machine (timing them needs the build fence)."""
+    own = LOCAL_HOSTS | {socket.gethostname()}
+    try:
+        own |= set(socket.gethostbyname_ex(socket.gethostname())[2])
+    except OSError:
+        pass
+    keys = set()
+    for server in tracker_summary(tracker).get("server_info", []):
+        host = (server.get("addr") or [""])[0]
+        if host in own:
+            keys.add(str(server.get("key", "")).removeprefix("server:"))
+    return keys
+
+
+class _Sweep:
+    """State of one sweep run in the driver; ``run`` is the event loop."""
+
+    def __init__(
+        self,
+        spec: SweepSpec,
+        store: ResultStore,
+        tracker: str,
+        cache: ArtifactCache,
+        progress: ProgressFn | None,
+        max_builds: int | None,
+    ) -> None:
+        import ray
+
+        self.ray = ray
+        self.spec, self.store, self.tracker, self.cache = spec, store, tracker, cache
+        self.progress = progress or (lambda _event, _counts: None)
+        self.tvm_version = tvm_versions()[0]
+        self.sweep_id = spec.sweep_id
+        self.build_fn, self.measure_fn = _remote_functions()
+        self.max_builds = max_builds or max(1, int(ray.available_resources().get("CPU", 1)))
+        self.fenced = host_sharing_keys(tracker)
+        self.model_data = {sha: path.read_bytes() for sha, path in spec.model_paths.items()}
+        self.model_refs = {sha: ray.put(data) for sha, data in self.model_data.items()}
+        self.references: dict[tuple[str, int], tuple[dict[str, np.ndarray], list[np.ndarray]]] = {}
+        self.counts: Counter = Counter()
+
+    # --- queues -------------------------------------------------------------------------------
+
+    def run(self, jobs: list[Job], outcome: SweepOutcome) -> None:
+        ray = self.ray
+        by_build: dict[str, list[Job]] = defaultdict(list)
+        for job in jobs:
+            by_build[job.build_key(self.tvm_version)].append(job)
+        to_build: list[str] = []
+        self.builds: dict[str, Build] = {}
+        self.artifacts: dict[str, Any] = {}  # build key -> object ref of the artifact bytes
+        ready: list[str] = []
+        for build_key in by_build:
+            cached = self.store.get_build(build_key)
+            data = self.cache.get(cached.artifact_sha256) if cached and cached.ok and cached.artifact_sha256 else None
+            if data is not None:
+                self.builds[build_key] = cached
+                self.artifacts[build_key] = ray.put(data)
+                ready.append(build_key)
+                outcome.cached += 1
+            else:
+                to_build.append(build_key)
+        self.counts.update(cached=outcome.cached, to_build=len(to_build), jobs=len(jobs))
+        self.progress("start", dict(self.counts))
+
+        measure_queue: list[tuple[Job, int]] = []  # (leader job, attempt)
+        leaders: dict[str, Job] = {}  # equivalence key -> leader job
+        followers: dict[str, list[Job]] = defaultdict(list)  # leader job key -> jobs with the same program
+        in_flight: dict[Any, tuple[str, Any]] = {}  # object ref -> ("build", build_key) | ("measure", (job, n))
+
+        def enqueue(build_key: str) -> None:
+            build = self.builds[build_key]
+            for job in by_build[build_key]:
+                if not build.ok:
+                    self.store.finish_job(self.sweep_id, job.key, build.status, build.error)
+                    self._count(outcome, build.status)
+                    continue
+                same = canonical_hash([build.fingerprint, job.target.board_key, asdict(job.measure)])
+                if same in leaders:
+                    followers[leaders[same].key].append(job)
+                else:
+                    leaders[same] = job
+                    measure_queue.append((job, self.store.next_attempt(self.sweep_id, job.key)))
+
+        for build_key in ready:
+            enqueue(build_key)
+
+        def builds_running() -> int:
+            return sum(1 for kind, _ in in_flight.values() if kind == "build")
+
+        def fenced_measuring() -> bool:
+            return any(
+                kind == "measure" and item[0].target.board_key in self.fenced for kind, item in in_flight.values()
+            )
+
+        while to_build or measure_queue or in_flight:
+            # Measurements first: a fenced board waits until the builds on this machine drain.
+            for entry in list(measure_queue):
+                job, attempt = entry
+                key = job.target.board_key
+                busy_key = any(
+                    kind == "measure" and item[0].target.board_key == key for kind, item in in_flight.values()
+                )
+                if busy_key or (key in self.fenced and builds_running() > 0):
+                    continue
+                measure_queue.remove(entry)
+                ref = self._submit_measure(job, attempt, builds_running())
+                in_flight[ref] = ("measure", (job, attempt))
+            fence_waiting = any(j.target.board_key in self.fenced for j, _ in measure_queue)
+            while to_build and builds_running() < self.max_builds and not fenced_measuring() and not fence_waiting:
+                build_key = to_build.pop(0)
+                job = by_build[build_key][0]
+                ref = self.build_fn.remote(job, self.model_refs[job.model.sha256])
+                in_flight[ref] = ("build", build_key)
+            if not in_flight:
+                continue
+            done, _ = ray.wait(list(in_flight), num_returns=1)
+            kind, item = in_flight.pop(done[0])
+            if kind == "build":
+                self._finish_build(item, by_build[item][0], done[0], outcome)
+                enqueue(item)
+            else:
+                job, attempt = item
+                run = self._finish_measure(job, attempt, done[0])
+                if run.status == "infra" and attempt < MAX_ATTEMPTS:
+                    self.store.record_run(self.sweep_id, run, final=False)
+                    measure_queue.append((job, attempt + 1))
+                    self.progress("retry", dict(self.counts))
+                    continue
+                self._store_outcome(job, run, outcome, followers.get(job.key, []))
+
+    # --- steps --------------------------------------------------------------------------------
+
+    def _finish_build(self, build_key: str, job: Job, ref: Any, outcome: SweepOutcome) -> None:
+        try:
+            build, data = self.ray.get(ref)
+        except Exception as exc:  # the task itself died (worker crash after retries): a build failure
+            build, data = Build(build_key=build_key, status="build", error=f"build task failed: {one_line(exc)}"), None
+        if data is not None:
+            self.cache.put(data)
+            self.artifacts[build_key] = self.ray.put(data)
+        self.store.save_build(job, build)
+        self.builds[build_key] = build
+        outcome.built += 1
+        self.counts["built"] += 1
+        self.progress("built", dict(self.counts))
+
+    def _reference(self, job: Job) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+        key = (job.model.sha256, job.measure.seed)
+        if key not in self.references:
+            inputs = seeded_inputs(job.model.inputs, job.measure.seed)
+            self.references[key] = (inputs, reference_outputs(self.model_data[job.model.sha256], inputs))
+        return self.references[key]
+
+    def _submit_measure(self, job: Job, attempt: int, builds_running: int) -> Any:
+        inputs, reference = self._reference(job)
+        build_key = job.build_key(self.tvm_version)
+        return self.measure_fn.remote(
+            job,
+            self.builds[build_key],
+            self.artifacts[build_key],
+            inputs,
+            reference,
+            self.tracker,
+            attempt,
+            builds_running,
+        )
+
+    def _finish_measure(self, job: Job, attempt: int, ref: Any) -> Run:
+        try:
+            return self.ray.get(ref)
+        except Exception as exc:
+            return Run(
+                job_key=job.key, attempt=attempt, status="infra", error=f"measurement task failed: {one_line(exc)}"
+            )
+
+    def _store_outcome(self, job: Job, run: Run, outcome: SweepOutcome, same_program: list[Job]) -> None:
+        final = run.status not in PENDING_STATUSES
+        self.store.record_run(self.sweep_id, run, final=final)
+        outcome.measured += 1
+        self._count(outcome, run.status)
+        for other in same_program:
+            copy = Run(
+                **{
+                    **run.__dict__,
+                    "job_key": other.key,
+                    "attempt": self.store.next_attempt(self.sweep_id, other.key),
+                    "equivalent_to": job.key,
+                }
+            )
+            self.store.record_run(self.sweep_id, copy, final=final)
+            outcome.equivalent += 1
+            self._count(outcome, run.status)
+
+    def _count(self, outcome: SweepOutcome, status: str) -> None:
+        outcome.statuses[status] += 1
+        self.counts["ok" if status == "ok" else ("waiting" if status in PENDING_STATUSES else "failed")] += 1
+        self.progress("measured", dict(self.counts))
+
+
+def run_sweep(
+    spec: SweepSpec,
+    store: ResultStore,
+    tracker: str,
+    cache: ArtifactCache,
+    *,
+    progress: ProgressFn | None = None,
+    max_builds: int | None = None,
+) -> SweepOutcome:
+    """Run (or resume) a sweep against the farm at ``tracker``; Ray must be initialised.
+
+    Jobs that already have a final row are skipped, so running the same sweep again only finishes what
+    is missing. Returns the counts; the results are in ``store``.
+    """
+    jobs = plan_jobs(spec)
+    tvm_version = tvm_versions()[0]
+    new = store.begin_sweep(
+        spec.sweep_id,
+        name=spec.name,
+        label=spec.label,
+        source=spec.source,
+        source_path=spec.source_path,
+        jobs=jobs,
+        tvm_version=tvm_version,
+        model_sizes={sha: p.stat().st_size for sha, p in spec.model_paths.items()},
+    )
+    statuses = store.job_statuses(spec.sweep_id)
+    todo = [j for j in jobs if statuses.get(j.key) in PENDING_STATUSES]
+    outcome = SweepOutcome(sweep_id=spec.sweep_id, new=new, jobs=len(jobs), already_final=len(jobs) - len(todo))
+    for j in jobs:
+        if j not in todo:
+            outcome.statuses[statuses[j.key]] += 1
+    sweep = _Sweep(spec, store, tracker, cache, progress, max_builds)
+    try:
+        sweep.run(todo, outcome)
+    except BaseException:
+        store.finish_sweep(spec.sweep_id, "incomplete")
+        raise
+    store.finish_sweep(spec.sweep_id, "complete" if outcome.complete else "incomplete")
+    return outcome

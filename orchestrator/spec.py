@@ -1,0 +1,291 @@
+"""Sweep files: TOML in, a validated ``SweepSpec`` out, or one ``SpecError`` line naming the culprit.
+
+A sweep file looks like::
+
+    name = "quickstart"
+
+    [[models]]
+    onnx = "light_squeezenet"          # bundled with the onnx package, or: path = "models/net.onnx"
+    inputs = { data_0 = [1, 3, 224, 224] }   # only where the file leaves dimensions symbolic
+
+    [[targets]]
+    preset = "host"                     # or: name = "..." with target = { kind = "llvm", ... }, board_key
+
+    [axes]
+    executor = ["vm-bytecode", "vm-compiled"]
+    opt_level = [0, 2]
+    pipeline = ["per-target"]
+
+    [measure]
+    number = 10
+    repeat = 3
+
+    [tolerance]
+    atol = 1e-4
+    rtol = 1e-3
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from workers.onnx_model import LoadedModel, ModelError, bundled_path, load_model
+from workers.records import EXECUTORS, PIPELINES, MeasureSettings, ModelRef, TargetSpec, canonical_hash
+from workers.targets import PRESETS, resolve_target
+
+
+class SpecError(ValueError):
+    """A sweep file is invalid; the message is one line naming the key or path and the fix."""
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    label: str
+    models: tuple[ModelRef, ...]
+    targets: tuple[TargetSpec, ...]
+    executors: tuple[str, ...]
+    opt_levels: tuple[int, ...]
+    pipelines: tuple[str, ...]
+    measure: MeasureSettings
+    model_paths: dict[str, Path]  # sha256 -> file, for the builds
+    source: str  # the TOML text, kept with the sweep so it can be resumed
+    source_path: str
+
+    @property
+    def sweep_id(self) -> str:
+        """Content hash: the same file (and label) submitted twice is one sweep."""
+        return canonical_hash(
+            {
+                "models": [(m.sha256, m.inputs) for m in self.models],
+                "targets": [t.__dict__ for t in self.targets],
+                "executors": self.executors,
+                "opt_levels": self.opt_levels,
+                "pipelines": self.pipelines,
+                "measure": self.measure.__dict__,
+                "label": self.label,
+            }
+        )[:12]
+
+
+_TOP_KEYS = {"name", "label", "models", "targets", "axes", "measure", "tolerance"}
+_MODEL_KEYS = {"name", "path", "onnx", "inputs"}
+_TARGET_KEYS = {"preset", "name", "target", "board_key", "arch", "cross_compiler", "emulated"}
+_AXES_DEFAULTS: dict[str, list[Any]] = {
+    "executor": ["vm-bytecode"],
+    "opt_level": [2],
+    "pipeline": ["per-target"],
+}
+_MEASURE_KEYS = {"number", "repeat", "min_repeat_ms", "cooldown_ms", "seed", "session_timeout_s", "device_wait_s"}
+_TOLERANCE_KEYS = {"atol", "rtol"}
+
+
+def _unknown(where: str, table: dict[str, Any], allowed: set[str]) -> None:
+    extra = sorted(set(table) - allowed)
+    if extra:
+        raise SpecError(f"{where}: unknown key {extra[0]!r}; allowed keys: {', '.join(sorted(allowed))}")
+
+
+def _typed(where: str, value: Any, kind: type | tuple[type, ...], hint: str) -> Any:
+    # bool is an int in Python; a sweep file that says opt_level = true is wrong, not 1.
+    if isinstance(value, bool) and kind is not bool and (kind is int or (isinstance(kind, tuple) and bool not in kind)):
+        raise SpecError(f"{where} = {value!r}: expected {hint}")
+    if not isinstance(value, kind):
+        raise SpecError(f"{where} = {value!r}: expected {hint}")
+    return value
+
+
+def _axis(where: str, value: Any, check: Callable[[Any], bool], hint: str) -> tuple[Any, ...]:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise SpecError(f"{where} is empty: list at least one of {hint}")
+    for v in values:
+        if isinstance(v, bool) or not check(v):
+            raise SpecError(f"{where}: {v!r} is not valid; use {hint}")
+    return tuple(dict.fromkeys(values))  # drop duplicates, keep the order the user wrote
+
+
+def _model(where: str, table: Any, base: Path) -> tuple[ModelRef, Path]:
+    if not isinstance(table, dict):
+        raise SpecError(f'{where}: expected a table like {{ path = "net.onnx" }}')
+    _unknown(where, table, _MODEL_KEYS)
+    if ("path" in table) == ("onnx" in table):
+        raise SpecError(f'{where}: give exactly one of path = "file.onnx" or onnx = "light_squeezenet"')
+    try:
+        if "path" in table:
+            path = base / _typed(f"{where}.path", table["path"], str, "a file path string")
+            source = str(table["path"])
+        else:
+            path = bundled_path(_typed(f"{where}.onnx", table["onnx"], str, "a bundled model name"))
+            source = f"onnx:{path.stem}"
+        loaded: LoadedModel = load_model(path)
+    except ModelError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    given = _typed(f"{where}.inputs", table.get("inputs", {}), dict, "a table of input name -> shape list")
+    known = {name for name, _, _ in loaded.inputs}
+    for name in given:
+        if name not in known:
+            raise SpecError(f"{where}.inputs: model {path.name} has no input {name!r}; its inputs: {sorted(known)}")
+    inputs = []
+    for name, dims, dtype in loaded.inputs:
+        if name in given:
+            shape = given[name]
+            if not (
+                isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)
+            ):
+                raise SpecError(f"{where}.inputs.{name} = {shape!r}: expected a list of positive ints")
+            if len(shape) != len(dims) or any(isinstance(d, int) and d != s for d, s in zip(dims, shape, strict=False)):
+                raise SpecError(f"{where}.inputs.{name} = {shape}: the model declares {list(dims)}")
+        elif all(isinstance(d, int) and d > 0 for d in dims):
+            shape = list(dims)
+        else:
+            raise SpecError(
+                f"{where}: input {name!r} of {path.name} has symbolic dims {list(dims)}; "
+                f"add inputs = {{ {name} = [...] }} with concrete sizes"
+            )
+        inputs.append((name, tuple(shape), dtype))
+    name = _typed(f"{where}.name", table.get("name", path.stem), str, "a string")
+    return ModelRef(name=name, sha256=loaded.sha256, source=source, inputs=tuple(inputs)), path
+
+
+def _target(where: str, table: Any) -> TargetSpec:
+    if not isinstance(table, dict):
+        raise SpecError(f'{where}: expected a table like {{ preset = "host" }}')
+    _unknown(where, table, _TARGET_KEYS)
+    if "preset" in table:
+        preset = _typed(f"{where}.preset", table["preset"], str, "a preset name")
+        if preset not in PRESETS:
+            raise SpecError(f"{where}.preset = {preset!r} is unknown; presets: {', '.join(sorted(PRESETS))}")
+        overrides = {k: v for k, v in table.items() if k != "preset"}
+        if not overrides:
+            return PRESETS[preset]
+        name = overrides.pop("name", preset)
+        merged = {
+            **PRESETS[preset].__dict__,
+            **({"tvm_target": overrides.pop("target")} if "target" in overrides else {}),
+        }
+        merged.update(overrides)
+        merged["name"] = name
+        return TargetSpec(**merged)
+    if "name" not in table or "target" not in table:
+        raise SpecError(f'{where}: give preset = "host", or name = "..." with target = {{ kind = "llvm", ... }}')
+    name = _typed(f"{where}.name", table["name"], str, "a string")
+    _typed(f"{where}.target", table["target"], dict, 'a TVM target table such as { kind = "llvm", mtriple = "..." }')
+    for key, kind, hint in (
+        ("board_key", str, "a tracker key string"),
+        ("arch", str, "a machine name like aarch64"),
+        ("cross_compiler", str, "a compiler command"),
+        ("emulated", bool, "true or false"),
+    ):
+        if key in table:
+            _typed(f"{where}.{key}", table[key], kind, hint)
+    spec = resolve_target(name, table)
+    if "arch" not in table and spec.arch == "":
+        raise SpecError(f'{where}: add arch = "aarch64" (or the board\'s uname -m)')
+    return spec
+
+
+def _measure(data: dict[str, Any]) -> MeasureSettings:
+    measure = _typed("[measure]", data.get("measure", {}), dict, "a table")
+    tolerance = _typed("[tolerance]", data.get("tolerance", {}), dict, "a table")
+    _unknown("[measure]", measure, _MEASURE_KEYS)
+    _unknown("[tolerance]", tolerance, _TOLERANCE_KEYS)
+    values: dict[str, Any] = {}
+    for f in fields(MeasureSettings):
+        section, where = (tolerance, "tolerance") if f.name in _TOLERANCE_KEYS else (measure, "measure")
+        if f.name not in section:
+            continue
+        value = section[f.name]
+        if f.type in ("int", int):
+            _typed(f"{where}.{f.name}", value, int, "a non-negative integer")
+        else:
+            _typed(f"{where}.{f.name}", value, (int, float), "a number")
+        if value < 0 or (f.name in ("number", "repeat", "session_timeout_s") and value == 0):
+            raise SpecError(f"{where}.{f.name} = {value}: must be {'positive' if value == 0 else 'non-negative'}")
+        values[f.name] = float(value) if f.type in ("float", float) else value
+    return MeasureSettings(**values)
+
+
+def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> SweepSpec:
+    """Validate sweep-file text; relative model paths resolve against ``base``."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{source_path}: not valid TOML ({exc}); fix the syntax at that line") from None
+    _unknown("sweep file", data, _TOP_KEYS)
+    name = _typed("name", data.get("name", Path(source_path).stem), str, "a string")
+    label = _typed("label", data.get("label", ""), str, "a string")
+
+    raw_models = data.get("models")
+    if not isinstance(raw_models, list) or not raw_models:
+        raise SpecError(
+            'models: add at least one [[models]] table with path = "file.onnx" or onnx = "light_squeezenet"'
+        )
+    models, paths = [], {}
+    for i, table in enumerate(raw_models):
+        model, path = _model(f"models[{i}]", table, base)
+        models.append(model)
+        paths[model.sha256] = path
+    if len({m.name for m in models}) != len(models):
+        raise SpecError('models: two models share a name; give each a distinct name = "..."')
+
+    raw_targets = data.get("targets", [{"preset": "host"}])
+    if not isinstance(raw_targets, list) or not raw_targets:
+        raise SpecError('targets: add at least one [[targets]] table, e.g. preset = "host"')
+    targets = tuple(_target(f"targets[{i}]", t) for i, t in enumerate(raw_targets))
+    if len({t.name for t in targets}) != len(targets):
+        raise SpecError('targets: two targets share a name; give each a distinct name = "..."')
+
+    axes = _typed("[axes]", data.get("axes", {}), dict, "a table")
+    _unknown("[axes]", axes, set(_AXES_DEFAULTS))
+    executors = _axis(
+        "axes.executor",
+        axes.get("executor", _AXES_DEFAULTS["executor"]),
+        lambda v: v in EXECUTORS,
+        " or ".join(f'"{e}"' for e in EXECUTORS),
+    )
+    opt_levels = _axis(
+        "axes.opt_level",
+        axes.get("opt_level", _AXES_DEFAULTS["opt_level"]),
+        lambda v: isinstance(v, int) and 0 <= v <= 3,
+        "integers 0 to 3",
+    )
+    pipelines = _axis(
+        "axes.pipeline",
+        axes.get("pipeline", _AXES_DEFAULTS["pipeline"]),
+        lambda v: v in PIPELINES,
+        " or ".join(f'"{p}"' for p in PIPELINES),
+    )
+
+    return SweepSpec(
+        name=name,
+        label=label,
+        models=tuple(models),
+        targets=targets,
+        executors=executors,
+        opt_levels=opt_levels,
+        pipelines=pipelines,
+        measure=_measure(data),
+        model_paths=paths,
+        source=text,
+        source_path=source_path,
+    )
+
+
+def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:
+    """Read and validate a sweep file; ``label`` (if given) overrides the file's, making a new sweep."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"{path}: no such sweep file; give the path to a .toml file")
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a text file; a sweep file is TOML") from None
+    spec = parse_spec(text, base=path.resolve().parent, source_path=str(path))
+    if label is not None:
+        spec = SweepSpec(**{**spec.__dict__, "label": label})
+    return spec

@@ -1,0 +1,255 @@
+"""Measure: get a board from the tracker with a deadline, upload, check outputs, time, clean up.
+
+Remote steps are plain functions with cleanup in ``finally``; every failure comes back as a ``Run``
+with an error kind (MetaSchedule's RPCRunner does the same), never as an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from workers.artifacts import arch_compatible
+from workers.compile import one_line
+from workers.records import Build, Job, Run
+from workers.reference import compare
+
+
+class DeviceUnavailable(RuntimeError):
+    """No board of the key became free before the deadline."""
+
+
+class NoBoardRegistered(RuntimeError):
+    """The tracker knows no board of the key at all."""
+
+
+@dataclass(frozen=True)
+class Session:
+    remote: Any  # tvm.rpc.RPCSession
+    board_id: str
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"tracker address {addr!r} is not HOST:PORT")
+    return host, int(port)
+
+
+def tracker_summary(tracker: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    """The tracker's summary: {"queue_info": {key: {free, pending}}, "server_info": [...]}."""
+    from tvm.rpc import base
+
+    sock = _tracker_socket(tracker, timeout_s)
+    try:
+        base.sendjson(sock, [base.TrackerCode.SUMMARY])
+        value = base.recvjson(sock)
+    finally:
+        sock.close()
+    if value[0] != base.TrackerCode.SUCCESS:
+        raise RuntimeError(f"tracker {tracker} answered {value!r} to a summary request")
+    return value[1]
+
+
+def registered_keys(summary: dict[str, Any]) -> dict[str, int]:
+    """Board count per key, from a tracker summary."""
+    counts: dict[str, int] = {}
+    for server in summary.get("server_info", []):
+        key = str(server.get("key", "")).removeprefix("server:")
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _tracker_socket(tracker: str, timeout_s: float) -> socket.socket:
+    from tvm.rpc import base
+
+    host, port = parse_addr(tracker)
+    sock = socket.create_connection((host, port), timeout=timeout_s)
+    sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+    magic = struct.unpack("<i", base.recvall(sock, 4))[0]
+    if magic != base.RPC_TRACKER_MAGIC:
+        sock.close()
+        raise RuntimeError(f"{tracker} is not a TVM RPC tracker")
+    return sock
+
+
+def request_session(tracker: str, key: str, deadline_s: float, session_timeout_s: float) -> Session:
+    """Ask the tracker for a board of ``key``, giving up after ``deadline_s``.
+
+    The tracker's own request blocks forever when no board is free, so the wait is bounded here by a
+    socket timeout. A key no board has registered fails at once with NoBoardRegistered.
+    """
+    from tvm import rpc
+    from tvm.rpc import base
+
+    if key not in registered_keys(tracker_summary(tracker)):
+        raise NoBoardRegistered(key)
+    sock = _tracker_socket(tracker, timeout_s=min(10.0, deadline_s))
+    try:
+        sock.settimeout(deadline_s)
+        base.sendjson(sock, [base.TrackerCode.REQUEST, key, "", 1])
+        try:
+            value = base.recvjson(sock)
+        except TimeoutError:
+            raise DeviceUnavailable(key) from None
+    finally:
+        # Closing does not withdraw a pending request from the tracker; a board offered to it later
+        # regenerates its match key after a few seconds and is free again.
+        sock.close()
+    if value[0] != base.TrackerCode.SUCCESS:
+        raise RuntimeError(f"tracker {tracker} answered {value!r} to a request for {key}")
+    url, port, matchkey = value[1]
+    remote = rpc.connect(url, port, matchkey, session_timeout_s)
+    return Session(remote=remote, board_id=f"{key}@{url}:{port}")
+
+
+def board_facts(remote: Any) -> dict[str, Any] | None:
+    """Facts reported by the board agent, or None for a stock TVM rpc_server."""
+    try:
+        return json.loads(remote.get_function("tvmbench.board_facts")())
+    except Exception:
+        return None
+
+
+def _outputs_to_numpy(out: Any) -> list[np.ndarray]:
+    if hasattr(out, "numpy"):
+        return [out.numpy()]
+    flat: list[np.ndarray] = []
+    for item in out:
+        flat.extend(_outputs_to_numpy(item))
+    return flat
+
+
+def _classify(exc: BaseException) -> str:
+    text = str(exc)
+    if "RPCSessionTimeoutError" in text or "session has expired" in text:
+        return "timeout"
+    if "cannot open shared object" in text or "wrong ELF class" in text:
+        return "build"
+    return "infra"
+
+
+def _device(remote: Any, job: Job) -> Any:
+    kind = job.target.tvm_target.get("kind") or "llvm"
+    if kind in ("cuda", "rocm", "vulkan", "metal", "opencl"):
+        return getattr(remote, kind)(0)
+    return remote.cpu(0)
+
+
+def measure_job(
+    job: Job,
+    build: Build,
+    artifact: bytes,
+    inputs: dict[str, np.ndarray],
+    reference: list[np.ndarray],
+    tracker: str,
+    attempt: int = 1,
+    builds_in_flight: int | None = None,
+) -> Run:
+    """Run one built job on a board of its key: check against the reference, then time it."""
+    import tvm
+    from tvm import relax
+
+    started = time.time()
+    base: dict[str, Any] = {
+        "job_key": job.key,
+        "attempt": attempt,
+        "emulated": job.target.emulated,
+        "started_at": started,
+    }
+    settings = job.measure
+    try:
+        session = request_session(tracker, job.target.board_key, settings.device_wait_s, settings.session_timeout_s)
+    except NoBoardRegistered:
+        keys = registered_keys(tracker_summary(tracker))
+        return Run(
+            status="pending-device",
+            finished_at=time.time(),
+            error=f"no board with key {job.target.board_key!r} is registered with tracker {tracker} "
+            f"(farm list shows {keys or 'no boards'}); the build is kept: connect one and run "
+            "`tvmbench sweep resume`",
+            **base,
+        )
+    except DeviceUnavailable:
+        keys = registered_keys(tracker_summary(tracker))
+        return Run(
+            status="device-unavailable",
+            finished_at=time.time(),
+            error=f"no board with key {job.target.board_key!r} became free within "
+            f"{settings.device_wait_s:g}s at tracker {tracker} (farm list shows {keys})",
+            **base,
+        )
+    except Exception as exc:
+        return Run(status="infra", error=f"tracker {tracker}: {one_line(exc)}", finished_at=time.time(), **base)
+
+    remote = session.remote
+    base["board_id"] = session.board_id
+    try:
+        facts = board_facts(remote)
+        base["board_facts"] = facts
+        if facts and facts.get("emulated"):
+            base["emulated"] = True
+        board_arch = facts.get("arch") if facts else None
+        if not arch_compatible(build.artifact_arch, board_arch):
+            return Run(
+                status="build",
+                finished_at=time.time(),
+                error=f"artifact is {build.artifact_arch} but board {session.board_id} is {board_arch}: "
+                f"use a target preset for {board_arch} (tvmbench targets list)",
+                **base,
+            )
+        name = f"tvmbench-{build.artifact_sha256[:16]}.so"
+        remote.upload(bytearray(artifact), name)
+        rlib = remote.load_module(name)
+        dev = _device(remote, job)
+        vm = relax.VirtualMachine(rlib, dev)
+        args = [tvm.runtime.tensor(inputs[n], dev) for n, _, _ in job.model.inputs]
+        outputs = _outputs_to_numpy(vm["main"](*args))
+        max_abs, max_rel, problem = compare(outputs, reference, settings.atol, settings.rtol)
+        if problem:
+            return Run(
+                status="wrong-result",
+                error=problem,
+                max_abs_err=max_abs,
+                max_rel_err=max_rel,
+                finished_at=time.time(),
+                **base,
+            )
+        load = os.getloadavg()[0]
+        timer = vm.time_evaluator(
+            "main",
+            dev,
+            number=settings.number,
+            repeat=settings.repeat,
+            min_repeat_ms=settings.min_repeat_ms,
+            cooldown_interval_ms=settings.cooldown_ms,
+        )
+        samples = [float(r) * 1e3 for r in timer(*args).results]
+        arr = np.asarray(samples)
+        return Run(
+            status="ok",
+            samples_ms=tuple(samples),
+            median_ms=float(np.median(arr)),
+            mean_ms=float(arr.mean()),
+            std_ms=float(arr.std()),
+            min_ms=float(arr.min()),
+            max_ms=float(arr.max()),
+            max_abs_err=max_abs,
+            max_rel_err=max_rel,
+            load_avg_1m=load,
+            builds_in_flight=builds_in_flight,
+            finished_at=time.time(),
+            **base,
+        )
+    except Exception as exc:
+        return Run(status=_classify(exc), error=f"{session.board_id}: {one_line(exc)}", finished_at=time.time(), **base)
+    finally:
+        # Dropping the last reference closes the session; the server then removes the uploaded file.
+        del remote, session

@@ -1,0 +1,139 @@
+"""Small ONNX models with seeded random weights, built with onnx.helper.
+
+They serve the examples (examples/models/*.onnx are written by ``python -m workers.model_zoo``), the
+tests, and board health checks. Random weights matter: the models bundled with the onnx package have
+constant-filled weights, on which every backend agrees, so they prove nothing about correctness.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+
+
+def _init(rng: np.random.Generator, name: str, shape: tuple[int, ...], scale: float = 0.5) -> onnx.TensorProto:
+    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def _model(nodes: list, inputs: list, outputs: list, inits: list, name: str) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, name, inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="tvmbench")
+    model.ir_version = 8  # readable by every onnxruntime this project supports
+    onnx.checker.check_model(model)
+    return model
+
+
+def tiny_mlp(seed: int = 0) -> onnx.ModelProto:
+    """x[1,16] -> Gemm(32) -> Relu -> Gemm(10): the golden model of board health checks."""
+    rng = np.random.default_rng(seed)
+    nodes = [
+        helper.make_node("Gemm", ["x", "w1", "b1"], ["h"]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("Gemm", ["r", "w2", "b2"], ["y"]),
+    ]
+    inits = [_init(rng, "w1", (16, 32)), _init(rng, "b1", (32,)), _init(rng, "w2", (32, 10)), _init(rng, "b2", (10,))]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        inits,
+        "tiny_mlp",
+    )
+
+
+def tiny_cnn(seed: int = 0, batch: int | str = 1) -> onnx.ModelProto:
+    """x[N,3,16,16] -> conv/bn/relu -> residual conv + add -> maxpool -> flatten -> gemm -> softmax.
+
+    ``batch`` may be a string to leave the batch dimension symbolic (a dim_param).
+    """
+    rng = np.random.default_rng(seed)
+    nodes = [
+        helper.make_node("Conv", ["x", "c1w", "c1b"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "bn_s", "bn_b", "bn_m", "bn_v"], ["bn"]),
+        helper.make_node("Relu", ["bn"], ["r1"]),
+        helper.make_node("Conv", ["r1", "c2w", "c2b"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "r1"], ["res"]),
+        helper.make_node("Relu", ["res"], ["r2"]),
+        helper.make_node("MaxPool", ["r2"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "gw", "gb"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["y"], axis=1),
+    ]
+    inits = [
+        _init(rng, "c1w", (8, 3, 3, 3)),
+        _init(rng, "c1b", (8,)),
+        _init(rng, "bn_s", (8,)),
+        _init(rng, "bn_b", (8,)),
+        _init(rng, "bn_m", (8,), 0.1),
+        numpy_helper.from_array((rng.random(8) + 0.5).astype(np.float32), "bn_v"),
+        _init(rng, "c2w", (8, 8, 3, 3), 0.2),
+        _init(rng, "c2b", (8,)),
+        _init(rng, "gw", (8 * 8 * 8, 10), 0.05),
+        _init(rng, "gb", (10,)),
+    ]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 10])],
+        inits,
+        "tiny_cnn",
+    )
+
+
+def two_outputs(seed: int = 0) -> onnx.ModelProto:
+    """x[1,8] -> (Gemm -> Tanh, Gemm -> Sigmoid): a model with two outputs."""
+    rng = np.random.default_rng(seed)
+    nodes = [
+        helper.make_node("Gemm", ["x", "wa"], ["a"]),
+        helper.make_node("Tanh", ["a"], ["ya"]),
+        helper.make_node("Gemm", ["x", "wb"], ["b"]),
+        helper.make_node("Sigmoid", ["b"], ["yb"]),
+    ]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [
+            helper.make_tensor_value_info("ya", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("yb", TensorProto.FLOAT, [1, 6]),
+        ],
+        [_init(rng, "wa", (8, 4)), _init(rng, "wb", (8, 6))],
+        "two_outputs",
+    )
+
+
+def slow_matmul(n: int = 512, chain: int = 64, seed: int = 0) -> onnx.ModelProto:
+    """A chain of n x n matmuls: seconds per run untuned, for timeout tests."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, prev = [], [], "x"
+    for i in range(chain):
+        inits.append(_init(rng, f"w{i}", (n, n), 1.0 / np.sqrt(n)))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]))
+        prev = f"m{i}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"]))
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n])],
+        inits,
+        "slow_matmul",
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Write the example models")
+    parser.add_argument("out", type=Path, nargs="?", default=Path("examples/models"))
+    out = parser.parse_args().out
+    out.mkdir(parents=True, exist_ok=True)
+    for name, model in (("tiny_cnn", tiny_cnn()), ("tiny_mlp", tiny_mlp()), ("two_outputs", two_outputs())):
+        onnx.save(model, out / f"{name}.onnx")
+        print(out / f"{name}.onnx")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Records passed between pipeline stages: spec -> plan -> build -> measure -> store.
+
+Frozen dataclasses with no behaviour beyond derived fields. Failures travel as values with a kind
+(see ``ErrorKind``), never as exceptions crossing a stage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+# Who is at fault, after LAVA's split; the retry policy and board health follow from the kind.
+ErrorKind = Literal[
+    "model",  # bad input: the model cannot be imported
+    "build",  # the compiler failed, or the artifact cannot run on the board's architecture
+    "device-unavailable",  # no board of the key became free before the deadline
+    "timeout",  # the session ran past its deadline on the board
+    "infra",  # the board or the network died: retry elsewhere
+    "wrong-result",  # ran, but outputs differ from ONNX Runtime beyond tolerance
+    "cancelled",
+]
+ERROR_KINDS: tuple[str, ...] = (
+    "model",
+    "build",
+    "device-unavailable",
+    "timeout",
+    "infra",
+    "wrong-result",
+    "cancelled",
+)
+# A job's status is "ok", one of the error kinds (final), or one of these (not final yet).
+PENDING_STATUSES: tuple[str, ...] = ("pending", "pending-device")
+FINAL_STATUSES: tuple[str, ...] = ("ok", *ERROR_KINDS)
+
+EXECUTORS: tuple[str, ...] = ("vm-bytecode", "vm-compiled")
+# "per-target": relax.get_default_pipeline(target) (fuses ops, dlight on GPUs);
+# "generic": relax.get_pipeline("default"), what tvm.compile uses (no FuseOps on CPU).
+PIPELINES: tuple[str, ...] = ("per-target", "generic")
+
+
+def canonical_hash(obj: Any) -> str:
+    """sha256 hex of the canonical JSON of ``obj`` (sorted keys, no whitespace)."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """An ONNX model by content, with the concrete input signature it is built for."""
+
+    name: str
+    sha256: str
+    source: str  # the path as given, or "onnx:<name>" for a model bundled with the onnx package
+    inputs: tuple[tuple[str, tuple[int, ...], str], ...]  # (name, shape, dtype)
+
+    @property
+    def shape_dict(self) -> dict[str, list[int]]:
+        return {name: list(shape) for name, shape, _ in self.inputs}
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """Where a program is built for and which boards may run it."""
+
+    name: str
+    tvm_target: dict[str, Any]  # JSON dict form, or {"tag": "<tvm tag>"}; TVM 0.27 rejects option strings
+    board_key: str
+    arch: str  # machine the artifact must run on: x86_64, aarch64, armv7l, riscv64, ...
+    cross_compiler: str | None = None  # e.g. "aarch64-linux-gnu-gcc"; None builds with the host's cc
+    cross_compiler_package: str | None = None  # Debian package that provides cross_compiler
+    emulated: bool = False  # timings come from an emulator and say nothing about real speed
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How a program is timed and checked; part of a job's identity."""
+
+    number: int = 10
+    repeat: int = 3
+    min_repeat_ms: int = 0
+    cooldown_ms: int = 0
+    seed: int = 0
+    atol: float = 1e-4
+    rtol: float = 1e-3
+    session_timeout_s: float = 120.0
+    device_wait_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class Job:
+    """One point of the sweep matrix: a model on a target in one build configuration."""
+
+    model: ModelRef
+    target: TargetSpec
+    executor: str
+    opt_level: int
+    pipeline: str
+    measure: MeasureSettings = field(default_factory=MeasureSettings)
+
+    def build_config(self) -> dict[str, Any]:
+        """What determines the compiled program (not how it is measured)."""
+        return {
+            "model": self.model.sha256,
+            "inputs": [list(i) for i in self.model.inputs],
+            "target": self.target.tvm_target,
+            "cross_compiler": self.target.cross_compiler,
+            "executor": self.executor,
+            "opt_level": self.opt_level,
+            "pipeline": self.pipeline,
+        }
+
+    @property
+    def key(self) -> str:
+        """Stable identity of the job: the same on any machine for the same sweep file."""
+        return canonical_hash(
+            {**self.build_config(), "board_key": self.target.board_key, "measure": asdict(self.measure)}
+        )
+
+    def build_key(self, tvm_version: str) -> str:
+        """Identity of the artifact: a TVM upgrade builds anew."""
+        return canonical_hash({**self.build_config(), "tvm": tvm_version})
+
+
+@dataclass(frozen=True)
+class Build:
+    """What compiling one job produced, or why it did not."""
+
+    build_key: str
+    status: str  # "ok", "model" or "build"
+    error: str | None = None
+    fingerprint: str | None = None  # structural hash of the lowered IR plus executor and target
+    pass_trace: tuple[str, ...] = ()
+    kernel_count: int | None = None
+    compile_s: float | None = None
+    artifact_sha256: str | None = None
+    artifact_size: int | None = None
+    artifact_arch: str | None = None
+    tvm_version: str | None = None
+    ffi_version: str | None = None
+    host: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One attempt to run a job's program on a board."""
+
+    job_key: str
+    attempt: int
+    status: str  # "ok" or an ErrorKind
+    board_id: str | None = None
+    error: str | None = None
+    samples_ms: tuple[float, ...] = ()  # one mean per repeat, as time_evaluator reports them
+    median_ms: float | None = None
+    mean_ms: float | None = None
+    std_ms: float | None = None
+    min_ms: float | None = None
+    max_ms: float | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    emulated: bool = False
+    load_avg_1m: float | None = None  # host load when the timing started
+    builds_in_flight: int | None = None  # builds running on this machine while timing (0 when fenced)
+    equivalent_to: str | None = None  # job key whose identical program was measured instead
+    board_facts: dict[str, Any] | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
