@@ -8,11 +8,12 @@ being timed. Each run records the load it ran under.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -85,10 +86,8 @@ ProgressFn = Callable[[str, dict[str, int]], None]
 def host_sharing_keys(tracker: str) -> set[str]:
     """Board keys with a board on this machine (timing them needs the build fence)."""
     own = LOCAL_HOSTS | {socket.gethostname()}
-    try:
+    with contextlib.suppress(OSError):
         own |= set(socket.gethostbyname_ex(socket.gethostname())[2])
-    except OSError:
-        pass
     keys = set()
     for server in tracker_summary(tracker).get("server_info", []):
         host = (server.get("addr") or [""])[0]
@@ -151,6 +150,7 @@ class _Sweep:
         measure_queue: list[tuple[Job, int]] = []  # (leader job, attempt)
         leaders: dict[str, Job] = {}  # equivalence key -> leader job
         followers: dict[str, list[Job]] = defaultdict(list)  # leader job key -> jobs with the same program
+        leader_runs: dict[str, Run] = {}  # leader job key -> its final run, for followers built later
         in_flight: dict[Any, tuple[str, Any]] = {}  # object ref -> ("build", build_key) | ("measure", (job, n))
 
         def enqueue(build_key: str) -> None:
@@ -162,7 +162,11 @@ class _Sweep:
                     continue
                 same = canonical_hash([build.fingerprint, job.target.board_key, asdict(job.measure)])
                 if same in leaders:
-                    followers[leaders[same].key].append(job)
+                    leader = leaders[same]
+                    if leader.key in leader_runs:
+                        self._store_equivalent(leader, leader_runs[leader.key], job, outcome)
+                    else:
+                        followers[leader.key].append(job)
                 else:
                     leaders[same] = job
                     measure_queue.append((job, self.store.next_attempt(self.sweep_id, job.key)))
@@ -212,7 +216,10 @@ class _Sweep:
                     measure_queue.append((job, attempt + 1))
                     self.progress("retry", dict(self.counts))
                     continue
-                self._store_outcome(job, run, outcome, followers.get(job.key, []))
+                self._store_outcome(job, run, outcome)
+                leader_runs[job.key] = run
+                for other in followers.pop(job.key, []):
+                    self._store_equivalent(job, run, other, outcome)
 
     # --- steps --------------------------------------------------------------------------------
 
@@ -259,23 +266,19 @@ class _Sweep:
                 job_key=job.key, attempt=attempt, status="infra", error=f"measurement task failed: {one_line(exc)}"
             )
 
-    def _store_outcome(self, job: Job, run: Run, outcome: SweepOutcome, same_program: list[Job]) -> None:
-        final = run.status not in PENDING_STATUSES
-        self.store.record_run(self.sweep_id, run, final=final)
+    def _store_outcome(self, job: Job, run: Run, outcome: SweepOutcome) -> None:
+        self.store.record_run(self.sweep_id, run, final=run.status not in PENDING_STATUSES)
         outcome.measured += 1
         self._count(outcome, run.status)
-        for other in same_program:
-            copy = Run(
-                **{
-                    **run.__dict__,
-                    "job_key": other.key,
-                    "attempt": self.store.next_attempt(self.sweep_id, other.key),
-                    "equivalent_to": job.key,
-                }
-            )
-            self.store.record_run(self.sweep_id, copy, final=final)
-            outcome.equivalent += 1
-            self._count(outcome, run.status)
+
+    def _store_equivalent(self, leader: Job, run: Run, job: Job, outcome: SweepOutcome) -> None:
+        """Give ``job`` the outcome of ``leader``, which ran the identical program."""
+        copy = replace(
+            run, job_key=job.key, attempt=self.store.next_attempt(self.sweep_id, job.key), equivalent_to=leader.key
+        )
+        self.store.record_run(self.sweep_id, copy, final=run.status not in PENDING_STATUSES)
+        outcome.equivalent += 1
+        self._count(outcome, run.status)
 
     def _count(self, outcome: SweepOutcome, status: str) -> None:
         outcome.statuses[status] += 1

@@ -12,9 +12,9 @@ import pytest
 # A local Ray instance listens on loopback only with this set (see shared notes on Ray).
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-from db.store import ResultStore  # noqa: E402
-from orchestrator.farm import LocalFarm  # noqa: E402
-from workers import model_zoo  # noqa: E402
+from db.store import ResultStore
+from orchestrator.farm import LocalFarm
+from workers import model_zoo
 
 
 @pytest.fixture

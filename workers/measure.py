@@ -6,6 +6,7 @@ with an error kind (MetaSchedule's RPCRunner does the same), never as an excepti
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -154,9 +155,6 @@ def measure_job(
     builds_in_flight: int | None = None,
 ) -> Run:
     """Run one built job on a board of its key: check against the reference, then time it."""
-    import tvm
-    from tvm import relax
-
     started = time.time()
     base: dict[str, Any] = {
         "job_key": job.key,
@@ -189,67 +187,89 @@ def measure_job(
     except Exception as exc:
         return Run(status="infra", error=f"tracker {tracker}: {one_line(exc)}", finished_at=time.time(), **base)
 
-    remote = session.remote
     base["board_id"] = session.board_id
     try:
-        facts = board_facts(remote)
-        base["board_facts"] = facts
-        if facts and facts.get("emulated"):
-            base["emulated"] = True
-        board_arch = facts.get("arch") if facts else None
-        if not arch_compatible(build.artifact_arch, board_arch):
-            return Run(
-                status="build",
-                finished_at=time.time(),
-                error=f"artifact is {build.artifact_arch} but board {session.board_id} is {board_arch}: "
-                f"use a target preset for {board_arch} (tvmbench targets list)",
-                **base,
-            )
-        name = f"tvmbench-{build.artifact_sha256[:16]}.so"
-        remote.upload(bytearray(artifact), name)
-        rlib = remote.load_module(name)
-        dev = _device(remote, job)
-        vm = relax.VirtualMachine(rlib, dev)
-        args = [tvm.runtime.tensor(inputs[n], dev) for n, _, _ in job.model.inputs]
-        outputs = _outputs_to_numpy(vm["main"](*args))
-        max_abs, max_rel, problem = compare(outputs, reference, settings.atol, settings.rtol)
-        if problem:
-            return Run(
-                status="wrong-result",
-                error=problem,
-                max_abs_err=max_abs,
-                max_rel_err=max_rel,
-                finished_at=time.time(),
-                **base,
-            )
-        load = os.getloadavg()[0]
-        timer = vm.time_evaluator(
-            "main",
-            dev,
-            number=settings.number,
-            repeat=settings.repeat,
-            min_repeat_ms=settings.min_repeat_ms,
-            cooldown_interval_ms=settings.cooldown_ms,
-        )
-        samples = [float(r) * 1e3 for r in timer(*args).results]
-        arr = np.asarray(samples)
-        return Run(
-            status="ok",
-            samples_ms=tuple(samples),
-            median_ms=float(np.median(arr)),
-            mean_ms=float(arr.mean()),
-            std_ms=float(arr.std()),
-            min_ms=float(arr.min()),
-            max_ms=float(arr.max()),
-            max_abs_err=max_abs,
-            max_rel_err=max_rel,
-            load_avg_1m=load,
-            builds_in_flight=builds_in_flight,
-            finished_at=time.time(),
-            **base,
-        )
+        return _run_on_board(session, job, build, artifact, inputs, reference, builds_in_flight, base)
     except Exception as exc:
         return Run(status=_classify(exc), error=f"{session.board_id}: {one_line(exc)}", finished_at=time.time(), **base)
     finally:
-        # Dropping the last reference closes the session; the server then removes the uploaded file.
-        del remote, session
+        # The RPC session closes when its last remote handle is freed; handles can sit in reference cycles,
+        # and a board stays busy until its session closes, so collect now rather than whenever.
+        del session
+        gc.collect()
+
+
+def _run_on_board(
+    session: Session,
+    job: Job,
+    build: Build,
+    artifact: bytes,
+    inputs: dict[str, np.ndarray],
+    reference: list[np.ndarray],
+    builds_in_flight: int | None,
+    base: dict[str, Any],
+) -> Run:
+    import tvm
+    from tvm import relax
+
+    remote, settings = session.remote, job.measure
+    facts = board_facts(remote)
+    base["board_facts"] = facts
+    if facts and facts.get("emulated"):
+        base["emulated"] = True
+    board_arch = facts.get("arch") if facts else None
+    if not arch_compatible(build.artifact_arch, board_arch):
+        return Run(
+            status="build",
+            finished_at=time.time(),
+            error=f"artifact is {build.artifact_arch} but board {session.board_id} is {board_arch}: "
+            f"use a target preset for {board_arch} (tvmbench targets list)",
+            **base,
+        )
+    name = f"tvmbench-{build.artifact_sha256[:16]}.so"
+    remote.upload(bytearray(artifact), name)
+    rlib = remote.load_module(name)
+    dev = _device(remote, job)
+    vm = relax.VirtualMachine(rlib, dev)
+    args = [tvm.runtime.tensor(inputs[n], dev) for n, _, _ in job.model.inputs]
+    # set_input/invoke_stateful/get_outputs rather than vm["main"](...): a tuple of outputs comes back
+    # over RPC as an opaque remote object, while get_outputs fetches each tensor.
+    vm.set_input("main", *args)
+    vm.invoke_stateful("main")
+    outputs = _outputs_to_numpy(vm.get_outputs("main"))
+    max_abs, max_rel, problem = compare(outputs, reference, settings.atol, settings.rtol)
+    if problem:
+        return Run(
+            status="wrong-result",
+            error=problem,
+            max_abs_err=max_abs,
+            max_rel_err=max_rel,
+            finished_at=time.time(),
+            **base,
+        )
+    load = os.getloadavg()[0]
+    timer = vm.time_evaluator(
+        "main",
+        dev,
+        number=settings.number,
+        repeat=settings.repeat,
+        min_repeat_ms=settings.min_repeat_ms,
+        cooldown_interval_ms=settings.cooldown_ms,
+    )
+    samples = [float(r) * 1e3 for r in timer(*args).results]
+    arr = np.asarray(samples)
+    return Run(
+        status="ok",
+        samples_ms=tuple(samples),
+        median_ms=float(np.median(arr)),
+        mean_ms=float(arr.mean()),
+        std_ms=float(arr.std()),
+        min_ms=float(arr.min()),
+        max_ms=float(arr.max()),
+        max_abs_err=max_abs,
+        max_rel_err=max_rel,
+        load_avg_1m=load,
+        builds_in_flight=builds_in_flight,
+        finished_at=time.time(),
+        **base,
+    )

@@ -1,0 +1,111 @@
+"""A whole sweep on real Ray, a real farm and SQLite: every job one final row, builds cached, programs shared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from db import models as m
+from db.store import ResultStore
+from orchestrator.farm import LocalFarm
+from orchestrator.scheduler import run_sweep
+from orchestrator.spec import load_spec
+from tests.conftest import write_sweep
+from workers.artifacts import ArtifactCache
+
+SWEEP = """
+name = "e2e"
+[[models]]
+path = "{models}/tiny_cnn.onnx"
+[[models]]
+path = "{models}/two_outputs.onnx"
+[axes]
+executor = ["vm-bytecode", "vm-compiled"]
+opt_level = [0, 2, 3]
+[measure]
+number = 2
+repeat = 3
+"""
+
+
+@pytest.fixture
+def outcome_and_store(tmp_path: Path, models_dir: Path, ray_local: None, local_farm: LocalFarm):
+    spec = load_spec(write_sweep(tmp_path, SWEEP.format(models=models_dir)))
+    store = ResultStore(f"sqlite:///{tmp_path / 'r.db'}")
+    cache = ArtifactCache(tmp_path / "artifacts")
+    events: list[str] = []
+    outcome = run_sweep(spec, store, local_farm.tracker, cache, progress=lambda e, _c: events.append(e))
+    yield spec, outcome, store, cache, events
+    store.close()
+
+
+def test_sweep_end_to_end(outcome_and_store, local_farm: LocalFarm) -> None:
+    spec, outcome, store, _, events = outcome_and_store
+    assert outcome.jobs == 12 and outcome.complete
+    assert dict(outcome.statuses) == {"ok": 12}, store.results(spec.sweep_id)
+    assert outcome.built == 12 and outcome.cached == 0
+    # Measurement proceeds as builds finish, not after all of them.
+    assert "measured" in events[: events.index("built") + 3] or events.index("measured") < len(events) - 1
+    first_measured = events.index("measured")
+    assert events[first_measured:].count("built") > 0, events
+
+    rows = store.results(spec.sweep_id)
+    assert len(rows) == 12 and len({r["job_key"] for r in rows}) == 12
+    for r in rows:
+        for field in (
+            "job_key",
+            "model",
+            "target",
+            "board",
+            "executor",
+            "opt_level",
+            "status",
+            "median_ms",
+            "max_abs_err",
+            "fingerprint",
+            "compile_s",
+        ):
+            assert r[field] is not None, (field, r)
+        assert r["max_abs_err"] < 1e-4
+
+    # opt_level 2 and 3 built the same program: measured once, the other points at it.
+    by_cfg = {(r["model"], r["executor"], r["opt_level"]): r for r in rows}
+    for model in ("tiny_cnn", "two_outputs"):
+        for ex in ("vm-bytecode", "vm-compiled"):
+            two, three = by_cfg[(model, ex, 2)], by_cfg[(model, ex, 3)]
+            assert two["fingerprint"] == three["fingerprint"]
+            assert {two["equivalent_to"], three["equivalent_to"]} - {None} in ({two["job_key"]}, {three["job_key"]})
+            assert two["median_ms"] == three["median_ms"]
+    cnn0, cnn2 = (
+        store.job_detail(by_cfg[("tiny_cnn", "vm-bytecode", 0)]["job_key"]),
+        store.job_detail(by_cfg[("tiny_cnn", "vm-bytecode", 2)]["job_key"]),
+    )
+    assert cnn0["build"]["pass_trace"] != cnn2["build"]["pass_trace"]
+    assert cnn0["build"]["fingerprint"] != cnn2["build"]["fingerprint"]
+    assert any(o["opt_level"] == 3 for o in cnn2["same_program_as"])
+    # The board shares this machine's cores: it was timed with no build running.
+    assert all(r["builds_in_flight"] == 0 for r in cnn2["runs"])
+    with store._sessions() as s:
+        board = s.scalars(select(m.Board)).one()
+        assert board.key == "host" and board.facts["tvm_version"] == "0.27.0.post1"
+
+
+def test_rerun_compiles_nothing_and_new_label_reuses_builds(
+    outcome_and_store, tmp_path: Path, local_farm: LocalFarm
+) -> None:
+    spec, _, store, cache, _ = outcome_and_store
+    again = run_sweep(spec, store, local_farm.tracker, cache)
+    assert (again.new, again.built, again.measured, again.already_final) == (False, 0, 0, 12)
+
+    relabelled = load_spec(Path(spec.source_path), label="second")
+    second = run_sweep(relabelled, store, local_farm.tracker, cache)
+    assert second.new and second.sweep_id != spec.sweep_id
+    assert (second.built, second.cached) == (0, 12)
+    assert dict(second.statuses) == {"ok": 12}
+    with store._sessions() as s:
+        assert s.scalar(select(func.count()).select_from(m.Build)) == 12
+        assert s.scalar(select(func.count()).select_from(m.Job)) == 24
+        # one final run per job
+        assert s.scalar(select(func.count()).select_from(m.Job).where(m.Job.final_run_id.is_(None))) == 0
