@@ -121,6 +121,12 @@ def outcome_line(outcome: Any) -> str:
     return "; ".join(parts)
 
 
+def split_pass_trace(trace: list[str]) -> tuple[list[str], int]:
+    """(graph-level passes in order, count of TIR passes): the TIR pipeline repeats per kernel batch."""
+    graph = [p for p in trace if not p.startswith(("tirx.", "s_tir.")) and p not in ("_pipeline", "sequential")]
+    return graph, sum(1 for p in trace if p.startswith(("tirx.", "s_tir.")))
+
+
 def job_detail(console: Console, d: dict[str, Any]) -> None:
     console.print(f"[bold]job {d['job_key']}[/] (sweep {d['sweep_id']})")
     console.print(f"  model {d['model']}  target {d['target']}  board key {d['board_key']}")
@@ -140,7 +146,13 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
         if b.get("error"):
             console.print(f"  build error: {b['error']}", highlight=False)
         if b["pass_trace"]:
-            console.print("  pass trace: " + " > ".join(b["pass_trace"]), highlight=False, soft_wrap=True)
+            relax_passes, tir_count = split_pass_trace(b["pass_trace"])
+            console.print(
+                f"  pass trace ({len(b['pass_trace'])} passes, {tir_count} of them TIR lowering; all in --json): "
+                + " > ".join(relax_passes),
+                highlight=False,
+                soft_wrap=True,
+            )
     for other in d.get("same_program_as", []):
         console.print(
             f"  same program as job {other['job_key'][:12]} (opt_level {other['opt_level']}, "

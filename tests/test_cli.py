@@ -63,12 +63,23 @@ def test_run_list_show_and_rerun(
 
     rows = json.loads(invoke("results", "list", "--sweep", sweep_id, "--json").output)
     assert len(rows) == 2
-    required = {"job_key", "model", "target", "board", "executor", "opt_level", "status", "median_ms", "max_abs_err",
-                "fingerprint", "compile_s"}
+    required = {
+        "job_key",
+        "model",
+        "target",
+        "board",
+        "executor",
+        "opt_level",
+        "status",
+        "median_ms",
+        "max_abs_err",
+        "fingerprint",
+        "compile_s",
+    }
     assert all(required <= set(r) and r["status"] == "ok" and r["median_ms"] > 0 for r in rows)
 
     shown = invoke("results", "show", rows[0]["job_key"][:10])
-    assert shown.exit_code == 0 and "pass trace:" in shown.output and "run 1 on host@127.0.0.1" in shown.output
+    assert shown.exit_code == 0 and "pass trace (" in shown.output and "run 1 on host@127.0.0.1" in shown.output
     detail = json.loads(invoke("results", "show", rows[0]["job_key"], "--json").output)
     assert detail["build"]["pass_trace"] and len(detail["runs"][0]["samples"]) == 3
 

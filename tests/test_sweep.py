@@ -30,8 +30,11 @@ repeat = 3
 """
 
 
-@pytest.fixture
-def outcome_and_store(tmp_path: Path, models_dir: Path, ray_local: None, local_farm: LocalFarm):
+@pytest.fixture(scope="module")
+def outcome_and_store(
+    tmp_path_factory: pytest.TempPathFactory, models_dir: Path, ray_local: None, local_farm: LocalFarm
+):
+    tmp_path = tmp_path_factory.mktemp("sweep")
     spec = load_spec(write_sweep(tmp_path, SWEEP.format(models=models_dir)))
     store = ResultStore(f"sqlite:///{tmp_path / 'r.db'}")
     cache = ArtifactCache(tmp_path / "artifacts")
@@ -92,9 +95,7 @@ def test_sweep_end_to_end(outcome_and_store, local_farm: LocalFarm) -> None:
         assert board.key == "host" and board.facts["tvm_version"] == "0.27.0.post1"
 
 
-def test_rerun_compiles_nothing_and_new_label_reuses_builds(
-    outcome_and_store, tmp_path: Path, local_farm: LocalFarm
-) -> None:
+def test_rerun_compiles_nothing_and_new_label_reuses_builds(outcome_and_store, local_farm: LocalFarm) -> None:
     spec, _, store, cache, _ = outcome_and_store
     again = run_sweep(spec, store, local_farm.tracker, cache)
     assert (again.new, again.built, again.measured, again.already_final) == (False, 0, 0, 12)
