@@ -40,7 +40,7 @@ def plan_table(console: Console, sweep_id: str, rows: list[dict[str, Any]]) -> N
             r["model"],
             r["target"],
             r["board_key"],
-            r["executor"],
+            r["executor"] + (f" ({r['kernels_path']})" if r.get("kernels_path") else ""),
             str(r["opt_level"]),
             r["pipeline"],
             "cached" if r["built"] else "to build",
@@ -79,13 +79,15 @@ def results_table(console: Console, rows: list[dict[str, Any]], title: str) -> N
     for r in rows:
         style = _STATUS_STYLE.get(r["status"], "red")
         median = _fmt(r["median_ms"]) + (" (emulated)" if r["emulated"] and r["median_ms"] is not None else "")
+        if r.get("unit", "ms") != "ms" and r.get("median") is not None:  # emulated MCUs count instructions
+            median = f"{r['median']:.0f} {r['unit']}"
         program = (r["fingerprint"] or "-")[:8] + (f" = {r['equivalent_to'][:8]}" if r["equivalent_to"] else "")
         table.add_row(
             r["job_key"][:12],
             r["model"],
             r["target"],
             r["board"] or "-",
-            r["executor"],
+            r["executor"] + (f" ({r['kernels_path']})" if r.get("kernels_path") else ""),
             str(r["opt_level"]),
             r["pipeline"],
             f"[{style}]{r['status']}[/]",

@@ -167,7 +167,12 @@ def main() -> None:
     parser.add_argument("out", type=Path, nargs="?", default=Path("examples/models"))
     out = parser.parse_args().out
     out.mkdir(parents=True, exist_ok=True)
-    for name, model in (("tiny_cnn", tiny_cnn()), ("tiny_mlp", tiny_mlp()), ("two_outputs", two_outputs())):
+    for name, model in (
+        ("tiny_cnn", tiny_cnn()),
+        ("tiny_mlp", tiny_mlp()),
+        ("two_outputs", two_outputs()),
+        ("conv_gemm_32", conv_gemm_32()),
+    ):
         onnx.save(model, out / f"{name}.onnx")
         print(out / f"{name}.onnx")
 

@@ -72,3 +72,13 @@ def board_for_target(tvm_target: dict[str, Any]) -> McuBoard:
         if cpu in (board.cpu, board.name):
             return board
     raise KeyError(f"no Cortex-M board for mcpu {cpu!r}; known: {', '.join(sorted(BOARDS))}")
+
+
+def is_mcu_target(tvm_target: dict[str, Any]) -> bool:
+    """Whether a target dict names one of these boards (built by the aot-c executor, not the Relax VM)."""
+    return tvm_target.get("kind") == "c" and any(tvm_target.get("mcpu") == b.cpu for b in BOARDS.values())
+
+
+def target_dict(board: McuBoard) -> dict[str, Any]:
+    """The sweep-file target of a board: TVM's C target naming the core."""
+    return {"kind": "c", "mcpu": board.cpu}
