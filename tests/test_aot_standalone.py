@@ -112,6 +112,20 @@ def test_model_too_large_for_the_board_is_refused_naming_sizes(tmp_path: Path) -
         build_firmware(model.SerializeToString(), {"x": [1, 1024]}, BOARDS["cortex-m4"], "c", tmp_path)
 
 
+def test_vm_builtin_without_c_equivalent_is_refused_naming_the_operator(tmp_path: Path) -> None:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Cast", ["nz"], ["y"], to=TensorProto.FLOAT)],
+        "nonzero",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "n"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(AotUnsupported, match=r"operator relax\.run\.nonzero .* has no C equivalent"):
+        build_firmware(model.SerializeToString(), {"x": [1, 8]}, BOARDS["cortex-m4"], "c", tmp_path)
+
+
 @needs_toolchain
 def test_hanging_firmware_is_killed_at_the_deadline(tmp_path: Path) -> None:
     board = BOARDS["cortex-m4"]

@@ -237,7 +237,8 @@ def read_program(lowered: Any, output_names: list[str], input_names: list[str]) 
                 kernels[op.name_hint] = func.with_attr("global_symbol", op.name_hint)
                 steps.append(KernelCall(op.name_hint, args))
                 continue
-            op_name = getattr(op, "name", str(op))
+            # Ops have a name; VM builtins (ExternFunc, e.g. relax.run.nonzero) a global symbol.
+            op_name = str(getattr(op, "name", None) or getattr(op, "global_symbol", None) or op)
             if op_name == _ALLOC_STORAGE or op_name in _KILLS:
                 continue  # the AOT arena is planned anew, by tensor lifetime
             if op_name in (_ALLOC_TENSOR, _ALLOC_OUTPUT):
