@@ -126,9 +126,9 @@ def test_vm_builtin_without_c_equivalent_is_refused_naming_the_operator(tmp_path
         build_firmware(model.SerializeToString(), {"x": [1, 8]}, BOARDS["cortex-m4"], "c", tmp_path)
 
 
-@needs_toolchain
-def test_hanging_firmware_is_killed_at_the_deadline(tmp_path: Path) -> None:
-    board = BOARDS["cortex-m4"]
+def hanging_firmware(tmp_path: Path, board_name: str = "cortex-m4") -> bytes:
+    """A firmware that never finishes (for deadline tests)."""
+    board = BOARDS[board_name]
     write_support_files(board, tmp_path, stack_reserve=1024)
     (tmp_path / "hang.c").write_text("void SysTick_Handler(void) {}\nint main(void) { for (;;) {} }\n")
     elf = tmp_path / "hang.elf"
@@ -148,6 +148,11 @@ def test_hanging_firmware_is_killed_at_the_deadline(tmp_path: Path) -> None:
         ],
         check=True,
     )
-    result = QemuRunner(board).run(elf.read_bytes(), pack_inputs([], 1), 1, timeout_s=2)
+    return elf.read_bytes()
+
+
+@needs_toolchain
+def test_hanging_firmware_is_killed_at_the_deadline(tmp_path: Path) -> None:
+    result = QemuRunner(BOARDS["cortex-m4"]).run(hanging_firmware(tmp_path), pack_inputs([], 1), 1, timeout_s=2)
     assert result.status == "timeout" and "killed" in (result.error or "")
     assert result.wall_s < 10

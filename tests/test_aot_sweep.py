@@ -46,11 +46,11 @@ device_wait_s = 60
 
 def test_spec_pairs_microcontrollers_with_aot_only(tmp_path: Path, models_dir: Path) -> None:
     base = f'[[models]]\npath = "{models_dir}/tiny_mlp.onnx"\n'
-    with pytest.raises(SpecError, match="aot-c.*needs a microcontroller target"):
+    with pytest.raises(SpecError, match=r"aot-c.*needs a microcontroller target"):
         parse_spec(base + '[[targets]]\npreset = "host"\n[axes]\nexecutor = ["aot-c"]\n', base=tmp_path)
-    with pytest.raises(SpecError, match='cortex-m4 is a microcontroller: add "aot-c"'):
+    with pytest.raises(SpecError, match=r'cortex-m4 is a microcontroller: add "aot-c"'):
         parse_spec(base + '[[targets]]\npreset = "cortex-m4"\n', base=tmp_path)
-    with pytest.raises(SpecError, match="axes.kernels: 'gcc' is not valid"):
+    with pytest.raises(SpecError, match=r"axes\.kernels: 'gcc' is not valid"):
         parse_spec(
             base + '[[targets]]\npreset = "cortex-m4"\n[axes]\nexecutor = ["aot-c"]\nkernels = ["gcc"]\n',
             base=tmp_path,
@@ -101,7 +101,7 @@ def test_mcu_sweep_ok_deterministic_and_too_large_refused(
             assert row["unit"] == "instructions" and row["median_ms"] is None and row["median"] > 0
             assert len(set(row["samples"])) == 1, "instruction counts under -icount must not vary"
             assert row["max_abs_err"] < 1e-4
-            assert 0 < row["ram_bytes"] and row["flash_bytes"] > 0
+            assert row["ram_bytes"] > 0 and row["flash_bytes"] > 0
     for kernels in ("c", "llvm"):
         big = by[("wide_gemm", kernels)]
         assert big["status"] == "build"
@@ -122,3 +122,18 @@ def test_mcu_sweep_ok_deterministic_and_too_large_refused(
         if row["status"] == "ok":
             assert again[key]["status"] == "ok"
             assert again[key]["median"] == row["median"], f"{key}: instruction count changed on rerun"
+
+
+@needs_toolchain
+def test_mcu_agent_kills_a_hanging_board_at_the_deadline(tmp_path: Path, mcu_farm: LocalFarm) -> None:
+    import json
+
+    from tests.test_aot_standalone import hanging_firmware
+    from workers.aot.runner import pack_inputs
+    from workers.measure import request_session
+
+    session = request_session(mcu_farm.tracker, "cortex-m4-emu", deadline_s=60, session_timeout_s=60)
+    run = session.remote.get_function("tvmbench.mcu.run")
+    answer = json.loads(run(bytearray(hanging_firmware(tmp_path)), bytearray(pack_inputs([], 1)), 1, 2.0))
+    assert answer["status"] == "timeout" and "killed" in answer["error"]
+    assert answer["wall_s"] < 10
