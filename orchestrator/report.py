@@ -139,6 +139,15 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
             f"{b['pass_count']} passes, {_fmt(b['compile_s'])} s, {b['artifact_size']} bytes "
             f"{b['artifact_arch']}, TVM {b['tvm_version']} / ffi {b['ffi_version']}"
         )
+        memory = b.get("memory")
+        if memory:  # microcontroller builds: does it fit the part?
+            console.print(
+                f"  memory: flash {memory['flash_bytes']} bytes (text {memory['text_bytes']}, weights "
+                f"{memory['weights_bytes']}), RAM {memory['ram_bytes']} bytes (arena {memory['arena_bytes']}, "
+                f"workspace {memory['workspace_bytes']}, I/O {memory['io_bytes']}, stack estimate "
+                f"{memory['stack_estimate_bytes']})",
+                highlight=False,
+            )
         if b.get("error"):
             console.print(f"  build error: {b['error']}", highlight=False)
         if b["pass_trace"]:

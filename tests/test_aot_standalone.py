@@ -91,7 +91,9 @@ def test_firmware_matches_onnxruntime_on_cortex_m4(kernels: str, tmp_path: Path)
     assert len(result.instructions) == 2 and result.instructions[0] == result.instructions[1] > 10_000
     mem = built.memory
     assert mem["flash_bytes"] > mem["weights_bytes"] >= 23_000
-    assert 0 < result.workspace_peak <= mem["workspace_bytes"]
+    # The pool is sized by what the lowered kernels allocate: the largest kernel fills it exactly, and
+    # the bound from the fused TIR (before lowering inlines intermediates) is looser.
+    assert result.workspace_peak == mem["workspace_bytes"] < mem["workspace_ir_bound_bytes"]
     assert mem["ram_bytes"] >= mem["arena_bytes"] + mem["workspace_bytes"]
     assert "tvmbench_run(void* const* inputs, void* const* outputs)" in (tmp_path / "tvmbench_model.h").read_text()
 

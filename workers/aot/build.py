@@ -15,7 +15,7 @@ from workers.aot.codegen import generate_driver
 from workers.aot.firmware import HEAP_RESERVE, link_firmware, section_sizes, stack_estimate, write_support_files
 from workers.aot.kernels import emit_kernels
 from workers.aot.lower import Program, import_onnx, lower_static, read_program
-from workers.aot.memory import check_plan, plan_arena, plan_workspace
+from workers.aot.memory import check_plan, plan_arena, plan_workspace, workspace_from_lowered
 
 CODE_RESERVE = 64 * 1024  # room for code next to the weights when checking the fit before compiling
 
@@ -30,14 +30,19 @@ class AotBuild:
     manifest: dict[str, Any]  # I/O names, shapes, dtypes and the memory figures, stored with the artifact
 
 
-def check_fit(program: Program, board: McuBoard, arena: int, workspace: int) -> None:
-    """Refuse early, naming the sizes, when the weights or the RAM plan cannot fit the board."""
+def check_weights_fit(program: Program, board: McuBoard) -> None:
+    """Refuse before generating code, naming the sizes, when the weights cannot fit the board's flash."""
     weights = sum(t.nbytes for t in program.tensors.values() if t.kind == "const")
     if weights + CODE_RESERVE > board.flash_bytes:
         raise AotUnsupported(
             f"weights of {weights} bytes (+{CODE_RESERVE} for code) do not fit {board.name}'s flash of "
             f"{board.flash_bytes} bytes: use a smaller model or a board with more flash"
         )
+
+
+def check_fit(program: Program, board: McuBoard, arena: int, workspace: int) -> None:
+    """Refuse, naming the sizes, when the weights or the RAM plan cannot fit the board."""
+    check_weights_fit(program, board)
     io_bytes = sum(program.tensors[n].nbytes for n in program.inputs + program.outputs)
     ram = arena + workspace + io_bytes + HEAP_RESERVE
     if ram > board.ram_bytes:
@@ -70,13 +75,18 @@ def build_firmware(
     arena = plan_arena(program)
     check_plan(program, arena)
     workspace = plan_workspace(program)
-    check_fit(program, board, arena.size, workspace.size)
+    check_weights_fit(program, board)
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    kernels = emit_kernels(program.kernels, kernel_path, board, out_dir)
+    # The pool is sized by the temporaries that survive TIR lowering (the same lowering feeds both
+    # code generators), read from the C codegen's output; the fused TIR's bound is the fallback.
+    c_kernels = kernels if kernel_path == "c" else emit_kernels(program.kernels, "c", board, out_dir / "c")
+    workspace = workspace.tightened(workspace_from_lowered(c_kernels.read_text()))
+    check_fit(program, board, arena.size, workspace.size)
     driver = generate_driver(program, arena, workspace)
     (out_dir / "tvmbench_model.h").write_text(driver.header)
     (out_dir / "tvmbench_model.c").write_text(driver.source)
-    kernels = emit_kernels(program.kernels, kernel_path, board, out_dir)
     write_support_files(board, out_dir, stack_reserve=4096)
     elf = link_firmware(board, out_dir, kernels)
     sizes = section_sizes(elf, driver.weights_bytes)
@@ -90,6 +100,7 @@ def build_firmware(
         "arena_bytes": arena.size,
         "arena_naive_bytes": arena.naive_size,
         "workspace_bytes": workspace.size,
+        "workspace_ir_bound_bytes": workspace.ir_bound,
         "io_bytes": io_bytes,
         "static_ram_bytes": sizes.static_ram_bytes,
         "stack_estimate_bytes": stack,

@@ -22,6 +22,7 @@ def _build(kernels: Any, target: dict[str, Any]) -> Any:
 
 def emit_kernels(kernels: Any, path: str, board: McuBoard, out_dir: Path) -> Path:
     """Write the kernels as ``kernels.c`` (path "c") or ``kernels.o`` (path "llvm"); returns the file."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     if path == "c":
         lib = _build(kernels, {"kind": "c"})
         out = out_dir / "kernels.c"

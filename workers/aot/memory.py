@@ -9,7 +9,8 @@ the buffers each kernel allocates in its TIR.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from workers.aot.lower import KernelCall, Program
 
 ALIGN = 16
 STACK_ALLOCA_MAX = 1024  # TVM's kMaxStackAlloca: smaller temporaries go on the stack, not the workspace
+WORKSPACE_HEADER = 16  # the driver's workspace allocator keeps each block's size in front of it
 
 
 def align(n: int, to: int = ALIGN) -> int:
@@ -115,6 +117,14 @@ class WorkspacePlan:
     size: int  # bytes of the workspace pool: the largest kernel's temporaries, held together
     stack_temporaries: int  # the largest kernel's temporaries small enough to live on the stack
     per_kernel: dict[str, int]
+    ir_bound: int = 0  # the bound from the fused TIR, before lowering (>= size)
+
+    def tightened(self, lowered: dict[str, int] | None) -> WorkspacePlan:
+        """The plan sized by what the lowered kernels really allocate, never above the TIR bound."""
+        if lowered is None or set(lowered) != set(self.per_kernel):
+            return self
+        per_kernel = {k: min(v, self.per_kernel[k]) for k, v in lowered.items()}
+        return replace(self, size=max(per_kernel.values(), default=0), per_kernel=per_kernel)
 
 
 def plan_workspace(program: Program) -> WorkspacePlan:
@@ -124,9 +134,33 @@ def plan_workspace(program: Program) -> WorkspacePlan:
     stack = 0
     for gv, func in program.kernels.functions.items():
         temps = kernel_temporaries(func)
-        per_kernel[gv.name_hint] = sum(align(n) for n in temps if n > STACK_ALLOCA_MAX)
+        per_kernel[gv.name_hint] = sum(align(n) + WORKSPACE_HEADER for n in temps if n > STACK_ALLOCA_MAX)
         stack = max(stack, sum(n for n in temps if n <= STACK_ALLOCA_MAX))
-    return WorkspacePlan(size=max(per_kernel.values(), default=0), stack_temporaries=stack, per_kernel=per_kernel)
+    bound = max(per_kernel.values(), default=0)
+    return WorkspacePlan(size=bound, stack_temporaries=stack, per_kernel=per_kernel, ir_bound=bound)
+
+
+_FUNC = re.compile(r"^TVM_DLL int32_t __tvm_ffi_(\w+)\(.*\{$", re.M)
+_ALLOC = re.compile(r"TVMBackendAllocWorkspace\(([^;]*?)\)\)\);")
+_CONST_SIZE = re.compile(r"^\s*\d+,\s*\w+,\s*\(uint64_t\)(\d+)ULL,")
+
+
+def workspace_from_lowered(c_source: str) -> dict[str, int] | None:
+    """Per-kernel workspace after TVM's TIR lowering, read from its C codegen output: the temporaries
+    that survive lowering (fused intermediates are often inlined away). None when a size is not constant.
+    """
+    per_kernel: dict[str, int] = {}
+    starts = [(m.start(), m.group(1)) for m in _FUNC.finditer(c_source)]
+    for i, (start, name) in enumerate(starts):
+        end = starts[i + 1][0] if i + 1 < len(starts) else len(c_source)
+        total = 0
+        for call in _ALLOC.finditer(c_source, start, end):
+            size = _CONST_SIZE.match(call.group(1))
+            if size is None:
+                return None
+            total += align(int(size.group(1))) + WORKSPACE_HEADER
+        per_kernel[name] = total
+    return per_kernel
 
 
 def check_plan(program: Program, plan: ArenaPlan) -> None:
