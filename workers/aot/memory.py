@@ -4,7 +4,7 @@ Relax's StaticPlanBlockMemory reuses storage between tensors of the same size cl
 tensor gets its own live range (first to last step that touches it or a view of it) and tensors whose
 ranges do not overlap share bytes. Placement is greedy by size, lowest free offset first, like TFLite
 Micro's planner. The workspace is what the kernels ask TVMBackendAllocWorkspace for; its bound comes from
-the buffers each kernel allocates in its TIR.
+the buffers each kernel allocates in its TIR, tightened to what survives TIR lowering.
 """
 
 from __future__ import annotations
