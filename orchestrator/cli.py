@@ -109,6 +109,7 @@ def sweep_plan(
                 "target": job.target.name,
                 "board_key": job.target.board_key,
                 "executor": job.executor,
+                "kernels_path": job.build_config().get("kernels"),  # aot-c only
                 "opt_level": job.opt_level,
                 "pipeline": job.pipeline,
                 "built": bool(build and build.ok),

@@ -48,7 +48,11 @@ def plan_table(console: Console, sweep_id: str, rows: list[dict[str, Any]]) -> N
         )
     console.print(table)
     to_build = len(
-        {(r["model"], r["target"], r["executor"], r["opt_level"], r["pipeline"]) for r in rows if not r["built"]}
+        {
+            (r["model"], r["target"], r["executor"], r.get("kernels_path"), r["opt_level"], r["pipeline"])
+            for r in rows
+            if not r["built"]
+        }
     )
     to_run = sum(1 for r in rows if r["status"] in ("new", "pending", "pending-device"))
     console.print(f"{to_build} program(s) to build, {to_run} job(s) to run, {len(rows) - to_run} already final")
