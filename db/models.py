@@ -77,6 +77,11 @@ class Build(Base):
     ffi_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
     host: Mapped[str | None] = mapped_column(String(200), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # Microcontroller (aot-c) builds: does it fit the part? flash = text + weights; ram = arena +
+    # workspace + I/O buffers + stack estimate; memory holds the parts. NULL for other executors.
+    flash_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    ram_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    memory: Mapped[dict | None] = mapped_column(JSON, nullable=True)
 
 
 class Board(Base):

@@ -244,6 +244,7 @@ class ResultStore:
                 tvm_version=row.tvm_version,
                 ffi_version=row.ffi_version,
                 host=row.host,
+                memory=row.memory,
             )
 
     def save_build(self, job: records.Job, build: records.Build) -> None:
@@ -260,6 +261,9 @@ class ResultStore:
             row.artifact_sha256, row.artifact_size = build.artifact_sha256, build.artifact_size
             row.artifact_arch, row.tvm_version = build.artifact_arch, build.tvm_version
             row.ffi_version, row.host, row.created_at = build.ffi_version, build.host, _now()
+            memory = build.memory or {}
+            row.flash_bytes, row.ram_bytes = memory.get("flash_bytes"), memory.get("ram_bytes")
+            row.memory = build.memory
             s.merge(row)
 
         self._write(write)
@@ -299,7 +303,7 @@ class ResultStore:
                     board_id=run.board_id,
                     status=run.status,
                     error=run.error,
-                    unit="ms",
+                    unit=run.unit,
                     samples=list(run.samples_ms),
                     median=run.median_ms,
                     mean=run.mean_ms,
@@ -402,6 +406,7 @@ class ResultStore:
                     "tvm_version": build.tvm_version,
                     "ffi_version": build.ffi_version,
                     "host": build.host,
+                    "memory": build.memory,
                 }
             )
             detail["runs"] = [
@@ -458,6 +463,7 @@ def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None) -> dict[st
         "board_key": job.board_key,
         "board": run.board_id if run else None,
         "executor": job.executor,
+        "kernels_path": job.config.get("kernels"),  # aot-c: "c" or "llvm" kernel code generation
         "opt_level": job.opt_level,
         "pipeline": job.pipeline,
         "status": job.status,
@@ -465,6 +471,9 @@ def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None) -> dict[st
         "median_ms": run.median if run and run.unit == "ms" else None,
         "std_ms": run.std if run and run.unit == "ms" else None,
         "samples": run.samples if run else [],
+        "median": run.median if run else None,  # in `unit` (ms, or emulated instructions)
+        "flash_bytes": build.flash_bytes if build else None,
+        "ram_bytes": build.ram_bytes if build else None,
         "max_abs_err": run.max_abs_err if run else None,
         "emulated": bool(run.emulated) if run else bool(job.config.get("emulated")),
         "equivalent_to": job.equivalent_to,

@@ -109,6 +109,7 @@ def sweep_plan(
                 "target": job.target.name,
                 "board_key": job.target.board_key,
                 "executor": job.executor,
+                "kernels_path": job.build_config().get("kernels"),  # aot-c only
                 "opt_level": job.opt_level,
                 "pipeline": job.pipeline,
                 "built": bool(build and build.ok),
@@ -122,7 +123,7 @@ def sweep_plan(
 
 
 @contextmanager
-def _farm_for_run(tracker: str | None, boards: int):
+def _farm_for_run(tracker: str | None, boards: int, extra_keys: tuple[str, ...] = ()):
     """The configured farm, or an ephemeral local one that is stopped afterwards."""
     home = _home()
     address = tracker or farm_mod.configured_tracker(home)
@@ -130,7 +131,7 @@ def _farm_for_run(tracker: str | None, boards: int):
         yield address
         return
     err.print(f"[dim]no farm configured: starting a local tracker and {boards} host board(s) on 127.0.0.1[/]")
-    local = farm_mod.LocalFarm.start(home / "logs" / "ephemeral-farm", {"host": boards})
+    local = farm_mod.LocalFarm.start(home / "logs" / "ephemeral-farm", {"host": boards, **dict.fromkeys(extra_keys, 1)})
     try:
         yield local.tracker
     finally:
@@ -156,7 +157,9 @@ def _execute(spec, db: str | None, tracker: str | None, ray_address: str | None,
     store = _store(db)
     cache = ArtifactCache(_home() / "artifacts")
     try:
-        with _farm_for_run(tracker, boards) as address:
+        # Emulated microcontrollers of the sweep get their agents in an ephemeral farm too.
+        mcu_keys = tuple(sorted({t.board_key for t in spec.targets if t.emulated and t.tvm_target.get("kind") == "c"}))
+        with _farm_for_run(tracker, boards, mcu_keys) as address:
             ensure_ray(ray_address)
             with _progress_bar() as bar:
                 task = bar.add_task(f"sweep {spec.sweep_id}", total=None, detail="starting")

@@ -152,10 +152,13 @@ class LocalFarm:
         """Start one board agent on this machine registered under ``key``."""
         port = free_port(self.host)
         agent = Path(__file__).resolve().parent.parent / "workers" / "board_agent.py"
+        from workers.mcu_agent import agent_command
+
+        # An emulated microcontroller's key (cortex-m4-emu, ...) gets the MCU agent instead.
+        command = agent_command(key) or [sys.executable, str(agent)]
         proc = _spawn(
             [
-                sys.executable,
-                str(agent),
+                *command,
                 "--tracker",
                 self.tracker,
                 "--key",

@@ -40,7 +40,7 @@ def plan_table(console: Console, sweep_id: str, rows: list[dict[str, Any]]) -> N
             r["model"],
             r["target"],
             r["board_key"],
-            r["executor"],
+            r["executor"] + (f" ({r['kernels_path']})" if r.get("kernels_path") else ""),
             str(r["opt_level"]),
             r["pipeline"],
             "cached" if r["built"] else "to build",
@@ -48,7 +48,11 @@ def plan_table(console: Console, sweep_id: str, rows: list[dict[str, Any]]) -> N
         )
     console.print(table)
     to_build = len(
-        {(r["model"], r["target"], r["executor"], r["opt_level"], r["pipeline"]) for r in rows if not r["built"]}
+        {
+            (r["model"], r["target"], r["executor"], r.get("kernels_path"), r["opt_level"], r["pipeline"])
+            for r in rows
+            if not r["built"]
+        }
     )
     to_run = sum(1 for r in rows if r["status"] in ("new", "pending", "pending-device"))
     console.print(f"{to_build} program(s) to build, {to_run} job(s) to run, {len(rows) - to_run} already final")
@@ -79,13 +83,15 @@ def results_table(console: Console, rows: list[dict[str, Any]], title: str) -> N
     for r in rows:
         style = _STATUS_STYLE.get(r["status"], "red")
         median = _fmt(r["median_ms"]) + (" (emulated)" if r["emulated"] and r["median_ms"] is not None else "")
+        if r.get("unit", "ms") != "ms" and r.get("median") is not None:  # emulated MCUs count instructions
+            median = f"{r['median']:.0f} {r['unit']}"
         program = (r["fingerprint"] or "-")[:8] + (f" = {r['equivalent_to'][:8]}" if r["equivalent_to"] else "")
         table.add_row(
             r["job_key"][:12],
             r["model"],
             r["target"],
             r["board"] or "-",
-            r["executor"],
+            r["executor"] + (f" ({r['kernels_path']})" if r.get("kernels_path") else ""),
             str(r["opt_level"]),
             r["pipeline"],
             f"[{style}]{r['status']}[/]",
@@ -143,6 +149,15 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
             f"{b['pass_count']} passes, {_fmt(b['compile_s'])} s, {b['artifact_size']} bytes "
             f"{b['artifact_arch']}, TVM {b['tvm_version']} / ffi {b['ffi_version']}"
         )
+        memory = b.get("memory")
+        if memory:  # microcontroller builds: does it fit the part?
+            console.print(
+                f"  memory: flash {memory['flash_bytes']} bytes (text {memory['text_bytes']}, weights "
+                f"{memory['weights_bytes']}), RAM {memory['ram_bytes']} bytes (arena {memory['arena_bytes']}, "
+                f"workspace {memory['workspace_bytes']}, I/O {memory['io_bytes']}, stack estimate "
+                f"{memory['stack_estimate_bytes']})",
+                highlight=False,
+            )
         if b.get("error"):
             console.print(f"  build error: {b['error']}", highlight=False)
         if b["pass_trace"]:

@@ -34,7 +34,16 @@ from pathlib import Path
 from typing import Any
 
 from workers.onnx_model import LoadedModel, ModelError, bundled_path, load_model
-from workers.records import EXECUTORS, PIPELINES, MeasureSettings, ModelRef, TargetSpec, canonical_hash
+from workers.records import (
+    AOT_EXECUTOR,
+    EXECUTORS,
+    KERNEL_PATHS,
+    PIPELINES,
+    MeasureSettings,
+    ModelRef,
+    TargetSpec,
+    canonical_hash,
+)
 from workers.targets import PRESETS, resolve_target
 
 
@@ -55,6 +64,7 @@ class SweepSpec:
     model_paths: dict[str, Path]  # sha256 -> file, for the builds
     source: str  # the TOML text, kept with the sweep so it can be resumed
     source_path: str
+    kernels: tuple[str, ...] = ("c",)  # aot-c only: "c" and/or "llvm" kernel code generation
 
     @property
     def sweep_id(self) -> str:
@@ -68,6 +78,8 @@ class SweepSpec:
                 "pipelines": self.pipelines,
                 "measure": self.measure.__dict__,
                 "label": self.label,
+                # Only sweeps with the aot-c executor carry the kernels axis (older sweep ids stay the same).
+                **({"kernels": self.kernels} if AOT_EXECUTOR in self.executors else {}),
             }
         )[:12]
 
@@ -79,6 +91,7 @@ _AXES_DEFAULTS: dict[str, list[Any]] = {
     "executor": ["vm-bytecode"],
     "opt_level": [2],
     "pipeline": ["per-target"],
+    "kernels": ["c"],
 }
 _MEASURE_KEYS = {"number", "repeat", "min_repeat_ms", "cooldown_ms", "seed", "session_timeout_s", "device_wait_s"}
 _TOLERANCE_KEYS = {"atol", "rtol"}
@@ -260,8 +273,16 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
         lambda v: v in PIPELINES,
         " or ".join(f'"{p}"' for p in PIPELINES),
     )
+    kernels = _axis(
+        "axes.kernels",
+        axes.get("kernels", _AXES_DEFAULTS["kernels"]),
+        lambda v: v in KERNEL_PATHS,
+        " or ".join(f'"{k}"' for k in KERNEL_PATHS),
+    )
+    _check_mcu_pairing(targets, executors)
 
     return SweepSpec(
+        kernels=kernels,
         name=name,
         label=label,
         models=tuple(models),
@@ -274,6 +295,23 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
         source=text,
         source_path=source_path,
     )
+
+
+def _check_mcu_pairing(targets: tuple[TargetSpec, ...], executors: tuple[str, ...]) -> None:
+    """Microcontroller targets run only aot-c and aot-c runs only on them; each side needs a partner."""
+    from workers.aot.boards import BOARDS, is_mcu_target
+
+    mcu = [t.name for t in targets if is_mcu_target(t.tvm_target)]
+    if AOT_EXECUTOR in executors and not mcu:
+        raise SpecError(
+            f'axes.executor: "{AOT_EXECUTOR}" needs a microcontroller target; add [[targets]] preset = '
+            f'"{next(iter(BOARDS))}" (presets: {", ".join(BOARDS)})'
+        )
+    if mcu and AOT_EXECUTOR not in executors:
+        raise SpecError(f'targets: {mcu[0]} is a microcontroller: add "{AOT_EXECUTOR}" to axes.executor')
+    if len(mcu) < len(targets) and set(executors) == {AOT_EXECUTOR}:
+        other = next(t.name for t in targets if not is_mcu_target(t.tvm_target))
+        raise SpecError(f'targets: {other} is not a microcontroller; add a Relax VM executor such as "vm-bytecode"')
 
 
 def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:

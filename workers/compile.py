@@ -58,6 +58,10 @@ def build_job(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
     Never raises for a bad model or a compiler error: those come back as a Build with status
     "model" or "build".
     """
+    if job.executor == "aot-c":  # microcontrollers: standalone C firmware, not a VM executable
+        from workers.aot.job import build_aot_job
+
+        return build_aot_job(job, model_data)
     import onnx
     import tvm
     import tvm_ffi

@@ -155,6 +155,10 @@ def measure_job(
     builds_in_flight: int | None = None,
 ) -> Run:
     """Run one built job on a board of its key: check against the reference, then time it."""
+    if job.executor == "aot-c":  # firmware on a microcontroller agent, counted in instructions
+        from workers.aot.job import measure_aot_job
+
+        return measure_aot_job(job, build, artifact, inputs, reference, tracker, attempt, builds_in_flight)
     started = time.time()
     base: dict[str, Any] = {
         "job_key": job.key,

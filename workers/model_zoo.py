@@ -125,12 +125,54 @@ def slow_matmul(n: int = 512, chain: int = 64, seed: int = 0) -> onnx.ModelProto
     )
 
 
+def conv_gemm_32(seed: int = 0) -> onnx.ModelProto:
+    """x[1,1,32,32] -> Conv(8, 3x3) -> Relu -> Flatten -> Gemm(7200 -> 10): 288 KB of weights, and a
+    convolution whose temporaries need the AOT workspace allocator (microcontroller sweeps)."""
+    rng = np.random.default_rng(seed)
+    nodes = [
+        helper.make_node("Conv", ["x", "cw", "cb"], ["c"]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Flatten", ["r"], ["f"]),
+        helper.make_node("Gemm", ["f", "gw", "gb"], ["y"]),
+    ]
+    inits = [
+        _init(rng, "cw", (8, 1, 3, 3)),
+        _init(rng, "cb", (8,)),
+        _init(rng, "gw", (8 * 30 * 30, 10), 0.02),
+        _init(rng, "gb", (10,)),
+    ]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        inits,
+        "conv_gemm_32",
+    )
+
+
+def wide_gemm(n_in: int = 1024, n_out: int = 1280, seed: int = 0) -> onnx.ModelProto:
+    """x[1,n_in] -> Gemm(n_out): 5 MB of weights by default, more than a 4 MB microcontroller holds."""
+    rng = np.random.default_rng(seed)
+    return _model(
+        [helper.make_node("Gemm", ["x", "w"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n_in])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n_out])],
+        [_init(rng, "w", (n_in, n_out), 0.03)],
+        "wide_gemm",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Write the example models")
     parser.add_argument("out", type=Path, nargs="?", default=Path("examples/models"))
     out = parser.parse_args().out
     out.mkdir(parents=True, exist_ok=True)
-    for name, model in (("tiny_cnn", tiny_cnn()), ("tiny_mlp", tiny_mlp()), ("two_outputs", two_outputs())):
+    for name, model in (
+        ("tiny_cnn", tiny_cnn()),
+        ("tiny_mlp", tiny_mlp()),
+        ("two_outputs", two_outputs()),
+        ("conv_gemm_32", conv_gemm_32()),
+    ):
         onnx.save(model, out / f"{name}.onnx")
         print(out / f"{name}.onnx")
 

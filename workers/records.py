@@ -34,7 +34,11 @@ ERROR_KINDS: tuple[str, ...] = (
 PENDING_STATUSES: tuple[str, ...] = ("pending", "pending-device")
 FINAL_STATUSES: tuple[str, ...] = ("ok", *ERROR_KINDS)
 
-EXECUTORS: tuple[str, ...] = ("vm-bytecode", "vm-compiled")
+EXECUTORS: tuple[str, ...] = ("vm-bytecode", "vm-compiled", "aot-c")
+# aot-c (microcontrollers, workers/aot): how the kernels are compiled. "c": TVM's C codegen, then the
+# board's gcc; "llvm": TVM's LLVM emits the Cortex-M object. A sweep axis of its own.
+AOT_EXECUTOR = "aot-c"
+KERNEL_PATHS: tuple[str, ...] = ("c", "llvm")
 # "per-target": relax.get_default_pipeline(target) (fuses ops, dlight on GPUs);
 # "generic": relax.get_pipeline("default"), what tvm.compile uses (no FuseOps on CPU).
 PIPELINES: tuple[str, ...] = ("per-target", "generic")
@@ -98,10 +102,11 @@ class Job:
     opt_level: int
     pipeline: str
     measure: MeasureSettings = field(default_factory=MeasureSettings)
+    kernels: str = "c"  # only meaningful for the aot-c executor
 
     def build_config(self) -> dict[str, Any]:
         """What determines the compiled program (not how it is measured)."""
-        return {
+        config = {
             "model": self.model.sha256,
             "inputs": [list(i) for i in self.model.inputs],
             "target": self.target.tvm_target,
@@ -110,6 +115,9 @@ class Job:
             "opt_level": self.opt_level,
             "pipeline": self.pipeline,
         }
+        if self.executor == AOT_EXECUTOR:  # other executors keep the keys they always had
+            config["kernels"] = self.kernels
+        return config
 
     @property
     def key(self) -> str:
@@ -140,6 +148,9 @@ class Build:
     tvm_version: str | None = None
     ffi_version: str | None = None
     host: str | None = None
+    # Microcontroller builds: flash_bytes (text + weights), ram_bytes (arena, workspace, I/O, stack
+    # estimate) and their parts; None for other executors.
+    memory: dict[str, int] | None = None
 
     @property
     def ok(self) -> bool:
@@ -170,6 +181,9 @@ class Run:
     board_facts: dict[str, Any] | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    # What samples_ms/median_ms/... count: "ms", or "instructions" for emulated microcontrollers (a
+    # deterministic count from qemu -icount, never to be ranked against milliseconds).
+    unit: str = "ms"
 
     @property
     def ok(self) -> bool:

@@ -41,6 +41,27 @@ PRESETS: dict[str, TargetSpec] = {
 }
 
 
+def _mcu_presets() -> dict[str, TargetSpec]:
+    """Emulated Cortex-M boards (executor aot-c): firmware built with arm-none-eabi-gcc, run under QEMU."""
+    from workers.aot.boards import BOARDS, target_dict
+
+    return {
+        b.name: TargetSpec(
+            name=b.name,
+            tvm_target=target_dict(b),
+            board_key=b.board_key,
+            arch=b.cpu,
+            cross_compiler="arm-none-eabi-gcc",
+            cross_compiler_package="gcc-arm-none-eabi libnewlib-arm-none-eabi",
+            emulated=True,
+        )
+        for b in BOARDS.values()
+    }
+
+
+PRESETS.update(_mcu_presets())
+
+
 def resolve_target(name: str, table: dict[str, Any] | None = None) -> TargetSpec:
     """A preset by name, or a user-defined target from its sweep-file table.
 

@@ -1,0 +1,247 @@
+"""The aot-c executor in the sweep pipeline: build a job into a firmware artifact (a Ray task), and
+measure it on an emulated microcontroller board reached through the tracker."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workers.aot import AotUnsupported
+from workers.aot.boards import board_for_target
+from workers.aot.build import build_firmware, pack_artifact, unpack_artifact
+from workers.aot.firmware import toolchain_missing
+from workers.aot.runner import pack_inputs
+from workers.records import Build, Job, Run, canonical_hash
+from workers.reference import compare
+
+MCU_RUN_FUNCTION = "tvmbench.mcu.run"
+UNIT = "instructions"
+
+
+def build_aot_job(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
+    """Compile one aot-c job; never raises for a bad model, an unsupported operator or a size that does
+    not fit: those come back as a Build with status "model" or "build" and a one-line reason."""
+    import tvm
+    import tvm_ffi
+
+    from workers.compile import one_line, tvm_versions
+
+    tvm_version, ffi_version = tvm_versions()
+    common: dict[str, Any] = {
+        "build_key": job.build_key(tvm_version),
+        "tvm_version": tvm_version,
+        "ffi_version": ffi_version,
+        "host": socket.gethostname(),
+    }
+    missing = toolchain_missing()
+    if missing:
+        return Build(status="build", error=f"{missing} (on {socket.gethostname()})", **common), None
+    try:
+        board = board_for_target(job.target.tvm_target)
+    except KeyError as exc:
+        return Build(status="build", error=str(exc.args[0]), **common), None
+    try:
+        import onnx
+
+        onnx.load_from_string(model_data)
+    except Exception as exc:
+        return Build(status="model", error=f"ONNX import failed: {one_line(exc)}", **common), None
+
+    @tvm.instrument.pass_instrument
+    class PassTrace:
+        def __init__(self) -> None:
+            self.names: list[str] = []
+
+        def run_before_pass(self, _mod, info) -> None:
+            self.names.append(info.name)
+
+    trace = PassTrace()
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="tvmbench-aot-") as tmp:
+        try:
+            built = build_firmware(
+                model_data,
+                job.model.shape_dict,
+                board,
+                job.kernels,
+                Path(tmp),
+                opt_level=job.opt_level,
+                instruments=[trace],
+            )
+            data = pack_artifact(Path(tmp))
+        except AotUnsupported as exc:
+            return Build(
+                status="build",
+                error=f"aot-c on {board.name}: {exc}",
+                pass_trace=tuple(trace.names),
+                compile_s=time.perf_counter() - started,
+                **common,
+            ), None
+        except Exception as exc:
+            return Build(
+                status="build",
+                error=one_line(exc),
+                pass_trace=tuple(trace.names),
+                compile_s=time.perf_counter() - started,
+                **common,
+            ), None
+    fingerprint = canonical_hash(
+        {
+            "ir": str(tvm_ffi.structural_hash(built.program.lowered)),
+            "executor": job.executor,
+            "kernels": job.kernels,
+            "target": job.target.tvm_target,
+            "tvm": tvm_version,
+        }
+    )[:16]
+    return Build(
+        status="ok",
+        fingerprint=fingerprint,
+        pass_trace=tuple(trace.names),
+        kernel_count=len(built.program.kernels.functions),
+        compile_s=time.perf_counter() - started,
+        artifact_sha256=hashlib.sha256(data).hexdigest(),
+        artifact_size=len(data),
+        artifact_arch=board.cpu,
+        memory=dict(built.memory),
+        **common,
+    ), data
+
+
+def decode_outputs(manifest: dict[str, Any], raw: bytes) -> list[np.ndarray]:
+    """The output arrays from the firmware's output bytes, in the manifest's order."""
+    outputs, offset = [], 0
+    for spec in manifest["outputs"]:
+        dtype = np.dtype(spec["dtype"])
+        size = int(np.prod(spec["shape"], dtype=np.int64)) * dtype.itemsize
+        chunk = raw[offset : offset + size]
+        if len(chunk) != size:
+            raise ValueError(f"firmware wrote {len(raw)} output bytes; output {spec['name']!r} needs {size} more")
+        outputs.append(np.frombuffer(chunk, dtype).reshape(spec["shape"]))
+        offset += size
+    return outputs
+
+
+def measure_aot_job(
+    job: Job,
+    build: Build,
+    artifact: bytes,
+    inputs: dict[str, np.ndarray],
+    reference: list[np.ndarray],
+    tracker: str,
+    attempt: int = 1,
+    builds_in_flight: int | None = None,
+) -> Run:
+    """Run the firmware on a board of the job's key (the MCU agent), check outputs, store instruction counts."""
+    from workers.compile import one_line
+    from workers.measure import (
+        DeviceUnavailable,
+        NoBoardRegistered,
+        board_facts,
+        registered_keys,
+        request_session,
+        tracker_summary,
+    )
+
+    started = time.time()
+    base: dict[str, Any] = {
+        "job_key": job.key,
+        "attempt": attempt,
+        "emulated": True,
+        "started_at": started,
+        "unit": UNIT,
+    }
+    settings = job.measure
+    key = job.target.board_key
+    try:
+        session = request_session(tracker, key, settings.device_wait_s, settings.session_timeout_s)
+    except NoBoardRegistered:
+        keys = registered_keys(tracker_summary(tracker))
+        return Run(
+            status="pending-device",
+            finished_at=time.time(),
+            error=f"no board with key {key!r} is registered with tracker {tracker} (farm list shows "
+            f"{keys or 'no boards'}); start one with `tvmbench farm add --key {key}` and run `tvmbench sweep resume`",
+            **base,
+        )
+    except DeviceUnavailable:
+        return Run(
+            status="device-unavailable",
+            finished_at=time.time(),
+            error=f"no board with key {key!r} became free within {settings.device_wait_s:g}s at tracker {tracker}",
+            **base,
+        )
+    except Exception as exc:
+        return Run(status="infra", error=f"tracker {tracker}: {one_line(exc)}", finished_at=time.time(), **base)
+
+    remote = session.remote
+    base["board_id"] = session.board_id
+    try:
+        facts = board_facts(remote) or {}
+        base["board_facts"] = facts
+        mcu = facts.get("mcu") or {}
+        if mcu.get("cpu") != build.artifact_arch:
+            return Run(
+                status="build",
+                finished_at=time.time(),
+                error=f"firmware is for {build.artifact_arch} but board {session.board_id} is "
+                f"{mcu.get('cpu') or 'not a microcontroller agent'}: use the preset whose board_key it serves",
+                **base,
+            )
+        manifest, elf = unpack_artifact(artifact)
+        payload = pack_inputs(
+            [np.ascontiguousarray(inputs[name], dtype=dtype).tobytes() for name, _, dtype in job.model.inputs],
+            settings.repeat,
+        )
+        # The emulator gets the session's deadline minus a margin to report back before the session ends.
+        deadline = max(1.0, settings.session_timeout_s - 5.0)
+        answer = json.loads(
+            remote.get_function(MCU_RUN_FUNCTION)(bytearray(elf), bytearray(payload), settings.repeat, deadline)
+        )
+        base["board_facts"] = {**facts, "mcu_run": {k: v for k, v in answer.items() if k != "outputs"}}
+        if answer["status"] == "timeout":
+            return Run(
+                status="timeout", error=f"{session.board_id}: {answer['error']}", finished_at=time.time(), **base
+            )
+        if answer["status"] != "ok":
+            return Run(status="build", error=f"{session.board_id}: {answer['error']}", finished_at=time.time(), **base)
+        outputs = decode_outputs(manifest, base64.b64decode(answer["outputs"]))
+        max_abs, max_rel, problem = compare(outputs, reference, settings.atol, settings.rtol)
+        if problem:
+            return Run(
+                status="wrong-result",
+                error=problem,
+                max_abs_err=max_abs,
+                max_rel_err=max_rel,
+                finished_at=time.time(),
+                **base,
+            )
+        counts = np.asarray(answer["instructions"], dtype=np.float64)
+        return Run(
+            status="ok",
+            samples_ms=tuple(float(c) for c in counts),
+            median_ms=float(np.median(counts)),
+            mean_ms=float(counts.mean()),
+            std_ms=float(counts.std()),
+            min_ms=float(counts.min()),
+            max_ms=float(counts.max()),
+            max_abs_err=max_abs,
+            max_rel_err=max_rel,
+            builds_in_flight=builds_in_flight,
+            finished_at=time.time(),
+            **base,
+        )
+    except Exception as exc:
+        text = str(exc)
+        kind = "timeout" if "RPCSessionTimeoutError" in text or "session has expired" in text else "infra"
+        return Run(status=kind, error=f"{session.board_id}: {one_line(exc)}", finished_at=time.time(), **base)
+    finally:
+        del remote, session
