@@ -6,6 +6,8 @@ This file depends on TVM (and the standard library) only, so it can be copied to
 
 Functions registered for the orchestrator (reachable through the RPC session):
 - ``tvmbench.board_facts() -> str``: JSON with architecture, CPU, cores, memory, OS and versions.
+- ``tvmbench.profile(file_name, repeat, *inputs) -> str``: JSON with the time of every kernel call of
+  ``main`` in an uploaded module, taken by a VM instrument on the board (TVM 0.27 has no VM profiler).
 
 The RPC server executes whatever code a client uploads, by design. It binds 127.0.0.1 unless --host
 says otherwise, and then warns.
@@ -20,7 +22,7 @@ import platform
 import socket
 import sys
 
-AGENT_VERSION = "1"
+AGENT_VERSION = "2"
 
 
 def _cpu_model() -> str:
@@ -80,6 +82,57 @@ def board_facts(key: str, port: int, emulated: bool) -> dict:
     }
 
 
+def profile_module(path: str, repeat: int, inputs: list) -> dict:
+    """Per-kernel times of ``main`` in the module at ``path``, run ``repeat`` times on the inputs' device.
+
+    The VM calls an instrument before and after each Call instruction; the time between the two is the
+    kernel's (the device is synchronised first, so asynchronous GPU kernels are counted where they run).
+    Only the bytecode VM interprets calls one by one: a "compiled" VM executable shows no kernel calls,
+    and the result then says so instead of reporting zeros.
+    """
+    import time
+
+    import tvm
+    from tvm import relax
+
+    dev = inputs[0].device if inputs else tvm.cpu(0)
+    vm = relax.VirtualMachine(tvm.runtime.load_module(path), dev)
+    totals: dict[str, list[float]] = {}
+    started: list[float] = []
+
+    def instrument(_func, symbol, before_run, _ret, *_args) -> int:
+        dev.sync()
+        if before_run:
+            started.append(time.perf_counter())
+        else:
+            totals.setdefault(str(symbol), []).append((time.perf_counter() - started.pop()) * 1e3)
+        return 0
+
+    vm["main"](*inputs)  # warm-up outside the measurement: first calls allocate and load
+    vm.set_instrument(instrument)
+    wall = []
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        vm["main"](*inputs)
+        dev.sync()
+        wall.append((time.perf_counter() - t0) * 1e3)
+    runs = max(1, repeat)
+    kernels = [
+        {"name": name, "calls_per_run": len(times) // runs, "total_ms": sum(times) / runs}
+        for name, times in totals.items()
+    ]
+    kernels.sort(key=lambda k: -k["total_ms"])
+    result = {
+        "available": bool(kernels),
+        "repeat": runs,
+        "run_ms": sum(wall) / runs,
+        "kernels": kernels,
+    }
+    if not kernels:
+        result["reason"] = "the VM reported no kernel calls (a vm-compiled executable runs them without the VM)"
+    return result
+
+
 def register_functions(key: str, port: int, emulated: bool) -> None:
     """Register the agent's functions; RPC sessions run in forked children, which inherit them."""
     import tvm_ffi
@@ -89,6 +142,12 @@ def register_functions(key: str, port: int, emulated: bool) -> None:
     @tvm_ffi.register_global_func("tvmbench.board_facts", override=True)
     def _facts() -> str:
         return facts
+
+    @tvm_ffi.register_global_func("tvmbench.profile", override=True)
+    def _profile(file_name: str, repeat: int, *inputs) -> str:
+        # The RPC server keeps uploads in its session's work folder; it resolves names there.
+        path = tvm_ffi.get_global_func("tvm.rpc.server.workpath")(file_name)
+        return json.dumps(profile_module(path, int(repeat), list(inputs)))
 
 
 def serve(tracker: str | None, key: str, host: str, port: int, port_end: int, emulated: bool) -> None:
