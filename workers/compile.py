@@ -112,9 +112,16 @@ def build_job(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
                 executable.export_library(str(lib_path))
             data = lib_path.read_bytes()
     except Exception as exc:
+        error = one_line(exc)
+        if job.target.cross_compiler and "cannot find crt" in str(exc):
+            # The compiler is there but not the target's C library (installed without recommends).
+            error = (
+                f"{job.target.cross_compiler} cannot link: the target's C runtime is missing "
+                f"on {socket.gethostname()}: apt-get install {job.target.cross_compiler_package}"
+            )
         return Build(
             status="build",
-            error=one_line(exc),
+            error=error,
             pass_trace=tuple(trace.names),
             compile_s=time.perf_counter() - started,
             **common,

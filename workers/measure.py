@@ -20,6 +20,7 @@ from workers.artifacts import arch_compatible
 from workers.compile import one_line
 from workers.records import Build, Job, Run
 from workers.reference import compare
+from workers.targets import presets_for, target_kind
 
 
 class DeviceUnavailable(RuntimeError):
@@ -137,7 +138,7 @@ def _classify(exc: BaseException) -> str:
 
 
 def _device(remote: Any, job: Job) -> Any:
-    kind = job.target.tvm_target.get("kind") or "llvm"
+    kind = target_kind(job.target.tvm_target)
     if kind in ("cuda", "rocm", "vulkan", "metal", "opencl"):
         return getattr(remote, kind)(0)
     return remote.cpu(0)
@@ -198,11 +199,13 @@ def measure_job(
             base["emulated"] = True
         board_arch = facts.get("arch") if facts else None
         if not arch_compatible(build.artifact_arch, board_arch):
+            presets = presets_for(board_arch, job.target.board_key)
+            advice = f"preset = {presets[0]!r}" if presets else f"a target with mtriple for {board_arch}"
             return Run(
                 status="build",
                 finished_at=time.time(),
-                error=f"artifact is {build.artifact_arch} but board {session.board_id} is {board_arch}: "
-                f"use a target preset for {board_arch} (tvmbench targets list)",
+                error=f"target {job.target.name!r} built a {build.artifact_arch} artifact but board "
+                f"{session.board_id} is {board_arch}: use {advice} for it (tvmbench targets list)",
                 **base,
             )
         name = f"tvmbench-{build.artifact_sha256[:16]}.so"

@@ -69,7 +69,7 @@ class TargetSpec:
     board_key: str
     arch: str  # machine the artifact must run on: x86_64, aarch64, armv7l, riscv64, ...
     cross_compiler: str | None = None  # e.g. "aarch64-linux-gnu-gcc"; None builds with the host's cc
-    cross_compiler_package: str | None = None  # Debian package that provides cross_compiler
+    cross_compiler_package: str | None = None  # Debian packages (space-separated): compiler and its libc
     emulated: bool = False  # timings come from an emulator and say nothing about real speed
 
 
