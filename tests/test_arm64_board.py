@@ -85,6 +85,7 @@ def arm_sweep(arm_farm: LocalFarm, models_dir: Path, ray_local: None, tmp_path_f
 
 def test_same_model_runs_on_host_and_emulated_arm(arm_sweep) -> None:
     outcome, rows, store, cache = arm_sweep
+    assert dict(outcome.statuses) == {"ok": 2, "build": 1}
     host, arm = rows["host"], rows["arm64-emu"]
     assert host["status"] == "ok", host
     assert arm["status"] == "ok", arm["error"]
