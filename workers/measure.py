@@ -119,6 +119,25 @@ def board_facts(remote: Any) -> dict[str, Any] | None:
         return None
 
 
+def kernel_profile(remote: Any, file_name: str, args: list[Any], repeat: int) -> dict[str, Any]:
+    """Per-kernel times of an uploaded module, taken on the board by the agent's ``tvmbench.profile``.
+
+    A board without the agent (a stock ``tvm.exec.rpc_server``) or a profile that fails leaves the run
+    as it is: the profile is then recorded as unavailable, with the reason.
+    """
+    try:
+        profile_fn = remote.get_function("tvmbench.profile")
+    except Exception:
+        return {
+            "available": False,
+            "reason": "the board runs a stock TVM RPC server; per-kernel profiles need workers/board_agent.py",
+        }
+    try:
+        return json.loads(profile_fn(file_name, repeat, *args))
+    except Exception as exc:
+        return {"available": False, "reason": f"profiling failed on the board: {one_line(exc)}"}
+
+
 def _outputs_to_numpy(out: Any) -> list[np.ndarray]:
     if hasattr(out, "numpy"):
         return [out.numpy()]
@@ -236,6 +255,8 @@ def measure_job(
         )
         samples = [float(r) * 1e3 for r in timer(*args).results]
         arr = np.asarray(samples)
+        if settings.profile:
+            base["kernel_profile"] = kernel_profile(remote, name, args, settings.repeat)
         return Run(
             status="ok",
             samples_ms=tuple(samples),

@@ -86,6 +86,7 @@ class MeasureSettings:
     rtol: float = 1e-3
     session_timeout_s: float = 120.0
     device_wait_s: float = 60.0
+    profile: bool = False  # also time every kernel call on the board (needs the board agent)
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,7 @@ class Run:
     builds_in_flight: int | None = None  # builds running on this machine while timing (0 when fenced)
     equivalent_to: str | None = None  # job key whose identical program was measured instead
     board_facts: dict[str, Any] | None = None
+    kernel_profile: dict[str, Any] | None = None  # per-kernel times, or {"available": False, "reason": ...}
     started_at: float | None = None
     finished_at: float | None = None
 
