@@ -102,5 +102,5 @@ def test_profile_per_kernel_on_agent_and_unavailable_on_stock_server(
 
 def test_profile_must_be_a_boolean(tmp_path: Path, models_dir: Path) -> None:
     text = f'[[models]]\npath = "{models_dir}/tiny_mlp.onnx"\n[measure]\nprofile = 1\n'
-    with pytest.raises(SpecError, match="measure.profile = 1: expected true or false"):
+    with pytest.raises(SpecError, match=r"measure\.profile = 1: expected true or false"):
         parse_spec(text, base=tmp_path)
