@@ -358,3 +358,29 @@ def board_rows(tracker: str) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def live_board_facts(tracker: str, deadline_s: float = 5.0) -> dict[str, dict[str, Any] | None]:
+    """Ask every free board for its facts: {board id: facts, or None for a stock RPC server}.
+
+    The tracker hands out a board per request, not a named one, so for a key with N free boards N
+    sessions are held open at once, which reaches each board once. A board busy with a sweep is not
+    waited for (it is simply missing from the answer).
+    """
+    from workers.measure import DeviceUnavailable, board_facts, request_session
+
+    summary = tracker_summary(tracker)
+    facts: dict[str, dict[str, Any] | None] = {}
+    for key, queue in summary.get("queue_info", {}).items():
+        sessions = []
+        try:
+            for _ in range(int(queue.get("free", 0))):
+                try:
+                    session = request_session(tracker, key, deadline_s, session_timeout_s=30)
+                except (DeviceUnavailable, OSError, RuntimeError):
+                    break
+                sessions.append(session)
+                facts[session.board_id] = board_facts(session.remote)
+        finally:
+            sessions.clear()  # dropping the sessions frees the boards
+    return facts

@@ -6,6 +6,7 @@ The board is provisioned once into a cache outside the test's tmp dir (TVMBENCH_
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -108,3 +109,40 @@ def test_x86_artifact_on_arm_board_is_a_build_error_naming_the_preset(arm_sweep)
     assert "x86_64" in wrong["error"] and "aarch64" in wrong["error"]
     assert "preset = 'arm64-emu'" in wrong["error"]
     assert "cannot open shared object" not in wrong["error"]
+
+
+def test_farm_up_board_arm64_emu_and_farm_list_shows_facts(
+    home: Path, arm64_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    monkeypatch.setenv("TVMBENCH_BOARD_ROOT_ARM64_EMU", str(arm64_root))
+    runner = CliRunner()
+    up = runner.invoke(app, ["farm", "up", "--boards", "1", "--board", "arm64-emu"])
+    try:
+        assert up.exit_code == 0, up.output
+        assert "'arm64-emu'" in up.output
+        listed = runner.invoke(app, ["farm", "list", "--json"])
+        assert listed.exit_code == 0, listed.output
+        boards = {b["key"]: b for b in json.loads(listed.output)["boards"]}
+        assert set(boards) == {"host", "arm64-emu"}
+        arm = boards["arm64-emu"]
+        assert arm["state"] == "free" and arm["agent"] == "tvmbench"
+        assert arm["arch"] == "aarch64" and arm["emulated"] is True
+        assert arm["facts"]["python"].startswith("3.11") and arm["tvm"] == "0.27.0.post1"
+        assert boards["host"]["emulated"] is False
+    finally:
+        down = runner.invoke(app, ["farm", "down"])
+    assert down.exit_code == 0 and "stopped" in down.output
+
+
+def test_farm_up_unknown_board_kind_is_one_line_error(home: Path) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    result = CliRunner().invoke(app, ["farm", "up", "--board", "pdp11"])
+    assert result.exit_code == 1
+    assert "'pdp11' is not a board this machine can emulate" in result.output and "arm64-emu" in result.output
