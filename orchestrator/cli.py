@@ -122,15 +122,28 @@ def sweep_plan(
 
 
 @contextmanager
-def _farm_for_run(tracker: str | None, boards: int):
-    """The configured farm, or an ephemeral local one that is stopped afterwards."""
+def _farm_for_run(tracker: str | None, boards: int, board_keys: set[str] | None = None):
+    """The configured farm, or an ephemeral local one that is stopped afterwards.
+
+    The ephemeral farm also starts one emulated board for each key of ``board_keys`` this machine
+    can emulate (provisioning it the first time).
+    """
     home = _home()
     address = tracker or farm_mod.configured_tracker(home)
     if address:
         yield address
         return
-    err.print(f"[dim]no farm configured: starting a local tracker and {boards} host board(s) on 127.0.0.1[/]")
-    local = farm_mod.LocalFarm.start(home / "logs" / "ephemeral-farm", {"host": boards})
+    wanted: dict[str, int] = {"host": boards}
+    roots: dict[str, str] = {}
+    for key in sorted((board_keys or set()) & set(farm_mod.EMULATED_BOARDS)):
+        root = farm_mod.board_root(key)
+        if not farm_mod.is_provisioned(root):
+            err.print(f"[dim]provisioning board {key} into {root} (once; about a minute)[/]")
+        roots[key] = str(farm_mod.provision_board(key, root, log=home / "logs" / f"provision-{key}.log"))
+        wanted[key] = 1
+    described = ", ".join(f"{n} {k}" for k, n in wanted.items())
+    err.print(f"[dim]no farm configured: starting a local tracker and board(s) {described} on 127.0.0.1[/]")
+    local = farm_mod.LocalFarm.start(home / "logs" / "ephemeral-farm", wanted, board_roots=roots)
     try:
         yield local.tracker
     finally:
@@ -156,7 +169,7 @@ def _execute(spec, db: str | None, tracker: str | None, ray_address: str | None,
     store = _store(db)
     cache = ArtifactCache(_home() / "artifacts")
     try:
-        with _farm_for_run(tracker, boards) as address:
+        with _farm_for_run(tracker, boards, {t.board_key for t in spec.targets}) as address:
             ensure_ray(ray_address)
             with _progress_bar() as bar:
                 task = bar.add_task(f"sweep {spec.sweep_id}", total=None, detail="starting")

@@ -118,7 +118,13 @@ def profile_module(path: str, repeat: int, inputs: list) -> dict:
         wall.append((time.perf_counter() - t0) * 1e3)
     runs = max(1, repeat)
     kernels = [
-        {"name": name, "calls_per_run": len(times) // runs, "total_ms": sum(times) / runs}
+        {
+            "name": name,
+            # VM builtins (allocation, shape checks) are calls too; "kernel" marks the compiled ones.
+            "kind": "builtin" if name.startswith("vm.builtin.") else "kernel",
+            "calls_per_run": len(times) // runs,
+            "total_ms": sum(times) / runs,
+        }
         for name, times in totals.items()
     ]
     kernels.sort(key=lambda k: -k["total_ms"])
