@@ -63,7 +63,7 @@ preset = "host"
 name = "host-stock"
 board_key = "stock"
 [axes]
-executor = ["vm-bytecode", "vm-compiled"]
+executor = ["vm-bytecode", "vm-compiled", "onnxruntime"]
 [measure]
 number = 2
 repeat = 2
@@ -71,17 +71,27 @@ profile = true
 """
 
 
-def test_profile_per_kernel_on_agent_and_unavailable_on_stock_server(
+def test_profile_and_onnxruntime_baseline_on_agent_and_stock_server(
     home: Path, models_dir: Path, ray_local: None, local_farm: LocalFarm, stock_board: str, store, tmp_path: Path
 ) -> None:
     spec = load_spec(write_sweep(tmp_path, SWEEP.format(models=models_dir)))
     assert spec.measure.profile is True
     outcome = run_sweep(spec, store, local_farm.tracker, ArtifactCache(home / "artifacts"))
-    assert dict(outcome.statuses) == {"ok": 4}, store.results(spec.sweep_id)
-    runs = {}
+    assert dict(outcome.statuses) == {"ok": 5, "build": 1}, store.results(spec.sweep_id)
+    runs, rows = {}, {}
     for row in store.results(spec.sweep_id):
         detail = store.job_detail(row["job_key"], spec.sweep_id)
         runs[(row["target"], row["executor"])] = (detail["runs"][-1]["kernel_profile"], detail["build"])
+        rows[(row["target"], row["executor"])] = row
+
+    # The baseline: ONNX Runtime run on the board by the agent, checked and timed, with no TVM build.
+    ort = rows[("host", "onnxruntime")]
+    assert ort["status"] == "ok" and ort["median_ms"] > 0 and ort["max_abs_err"] <= 1e-5
+    assert len(ort["samples"]) == 2
+    assert runs[("host", "onnxruntime")][1]["kernel_count"] is None  # nothing was compiled
+    assert runs[("host", "onnxruntime")][0]["available"] is False
+    stock_ort = rows[("host-stock", "onnxruntime")]
+    assert stock_ort["status"] == "build" and "board_agent.py" in stock_ort["error"]
 
     profile, build = runs[("host", "vm-bytecode")]
     assert profile["available"] is True
@@ -98,6 +108,7 @@ def test_profile_per_kernel_on_agent_and_unavailable_on_stock_server(
     assert compiled["available"] is False and "vm-compiled" in compiled["reason"]
 
     for executor in ("vm-bytecode", "vm-compiled"):
+        assert rows[("host-stock", executor)]["status"] == "ok"
         stock, _ = runs[("host-stock", executor)]
         assert stock["available"] is False and "stock TVM RPC server" in stock["reason"]
 

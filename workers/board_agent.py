@@ -8,6 +8,9 @@ Functions registered for the orchestrator (reachable through the RPC session):
 - ``tvmbench.board_facts() -> str``: JSON with architecture, CPU, cores, memory, OS and versions.
 - ``tvmbench.profile(file_name, repeat, *inputs) -> str``: JSON with the time of every kernel call of
   ``main`` in an uploaded module, taken by a VM instrument on the board (TVM 0.27 has no VM profiler).
+- ``tvmbench.onnxruntime(file_name, number, repeat, input_names_json, *inputs) -> str``: runs an uploaded
+  ONNX model under the board's own ONNX Runtime (when installed): outputs and timings, the baseline that
+  TVM builds are compared with on the same board.
 
 The RPC server executes whatever code a client uploads, by design. It binds 127.0.0.1 unless --host
 says otherwise, and then warns.
@@ -139,6 +142,39 @@ def profile_module(path: str, repeat: int, inputs: list) -> dict:
     return result
 
 
+def onnxruntime_run(path: str, number: int, repeat: int, inputs: dict) -> dict:
+    """Run an ONNX model under this board's ONNX Runtime (CPU): its outputs and ``repeat`` mean times.
+
+    Outputs travel back as base64 .npy so they can be checked on the orchestrator like a TVM run's.
+    """
+    import base64
+    import io
+    import time
+
+    import numpy as np
+
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return {"available": False, "reason": "onnxruntime is not installed on this board (pip install onnxruntime)"}
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    outputs = session.run(None, inputs)  # also the warm-up
+    samples = []
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        for _ in range(max(1, number)):
+            session.run(None, inputs)
+        samples.append((time.perf_counter() - t0) / max(1, number) * 1e3)
+    encoded = []
+    for out in outputs:
+        buf = io.BytesIO()
+        np.save(buf, np.asarray(out), allow_pickle=False)
+        encoded.append(base64.b64encode(buf.getvalue()).decode())
+    return {"available": True, "version": ort.__version__, "samples_ms": samples, "outputs": encoded}
+
+
 def register_functions(key: str, port: int, emulated: bool) -> None:
     """Register the agent's functions; RPC sessions run in forked children, which inherit them."""
     import tvm_ffi
@@ -154,6 +190,12 @@ def register_functions(key: str, port: int, emulated: bool) -> None:
         # The RPC server keeps uploads in its session's work folder; it resolves names there.
         path = tvm_ffi.get_global_func("tvm.rpc.server.workpath")(file_name)
         return json.dumps(profile_module(path, int(repeat), list(inputs)))
+
+    @tvm_ffi.register_global_func("tvmbench.onnxruntime", override=True)
+    def _onnxruntime(file_name: str, number: int, repeat: int, input_names: str, *inputs) -> str:
+        path = tvm_ffi.get_global_func("tvm.rpc.server.workpath")(file_name)
+        feeds = {name: tensor.numpy() for name, tensor in zip(json.loads(input_names), inputs, strict=True)}
+        return json.dumps(onnxruntime_run(path, int(number), int(repeat), feeds))
 
 
 def serve(tracker: str | None, key: str, host: str, port: int, port_end: int, emulated: bool) -> None:

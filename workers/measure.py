@@ -18,7 +18,7 @@ import numpy as np
 
 from workers.artifacts import arch_compatible
 from workers.compile import one_line
-from workers.records import Build, Job, Run
+from workers.records import BASELINE_EXECUTOR, Build, Job, Run
 from workers.reference import compare
 from workers.targets import presets_for, target_kind
 
@@ -138,6 +138,75 @@ def kernel_profile(remote: Any, file_name: str, args: list[Any], repeat: int) ->
         return {"available": False, "reason": f"profiling failed on the board: {one_line(exc)}"}
 
 
+def _measure_onnxruntime(
+    remote: Any,
+    job: Job,
+    build: Build,
+    model: bytes,
+    inputs: dict[str, np.ndarray],
+    reference: list[np.ndarray],
+    base: dict[str, Any],
+    builds_in_flight: int | None,
+) -> Run:
+    """The baseline: the ONNX model under the board's own ONNX Runtime, checked and timed like a TVM run."""
+    import base64
+    import io
+
+    import tvm
+
+    settings = job.measure
+    try:
+        run_fn = remote.get_function("tvmbench.onnxruntime")
+    except Exception:
+        run_fn = None
+    if run_fn is None:
+        return Run(
+            status="build",
+            error=f"{base['board_id']} runs a stock TVM RPC server: the onnxruntime executor needs "
+            "workers/board_agent.py on the board",
+            finished_at=time.time(),
+            **base,
+        )
+    name = f"tvmbench-{build.artifact_sha256[:16]}.onnx"
+    remote.upload(bytearray(model), name)
+    names = [n for n, _, _ in job.model.inputs]
+    dev = remote.cpu(0)
+    args = [tvm.runtime.tensor(inputs[n], dev) for n in names]
+    load = os.getloadavg()[0]
+    answer = json.loads(run_fn(name, settings.number, settings.repeat, json.dumps(names), *args))
+    if not answer.get("available"):
+        return Run(status="build", error=f"{base['board_id']}: {answer.get('reason')}", finished_at=time.time(), **base)
+    outputs = [np.load(io.BytesIO(base64.b64decode(o)), allow_pickle=False) for o in answer["outputs"]]
+    max_abs, max_rel, problem = compare(outputs, reference, settings.atol, settings.rtol)
+    if problem:
+        return Run(
+            status="wrong-result",
+            error=problem,
+            max_abs_err=max_abs,
+            max_rel_err=max_rel,
+            finished_at=time.time(),
+            **base,
+        )
+    arr = np.asarray(answer["samples_ms"], dtype=float)
+    if settings.profile:
+        base["kernel_profile"] = {"available": False, "reason": "the onnxruntime executor has no per-kernel view"}
+    return Run(
+        status="ok",
+        samples_ms=tuple(float(x) for x in arr),
+        median_ms=float(np.median(arr)),
+        mean_ms=float(arr.mean()),
+        std_ms=float(arr.std()),
+        min_ms=float(arr.min()),
+        max_ms=float(arr.max()),
+        max_abs_err=max_abs,
+        max_rel_err=max_rel,
+        load_avg_1m=load,
+        builds_in_flight=builds_in_flight,
+        finished_at=time.time(),
+        **base,
+    )
+
+
 def _outputs_to_numpy(out: Any) -> list[np.ndarray]:
     if hasattr(out, "numpy"):
         return [out.numpy()]
@@ -227,6 +296,8 @@ def measure_job(
                 f"{session.board_id} is {board_arch}: use {advice} for it (tvmbench targets list)",
                 **base,
             )
+        if job.executor == BASELINE_EXECUTOR:
+            return _measure_onnxruntime(remote, job, build, artifact, inputs, reference, base, builds_in_flight)
         name = f"tvmbench-{build.artifact_sha256[:16]}.so"
         remote.upload(bytearray(artifact), name)
         rlib = remote.load_module(name)

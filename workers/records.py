@@ -34,7 +34,9 @@ ERROR_KINDS: tuple[str, ...] = (
 PENDING_STATUSES: tuple[str, ...] = ("pending", "pending-device")
 FINAL_STATUSES: tuple[str, ...] = ("ok", *ERROR_KINDS)
 
-EXECUTORS: tuple[str, ...] = ("vm-bytecode", "vm-compiled")
+# "onnxruntime": the baseline, the ONNX model run by ONNX Runtime on the board itself (no TVM build).
+EXECUTORS: tuple[str, ...] = ("vm-bytecode", "vm-compiled", "onnxruntime")
+BASELINE_EXECUTOR = "onnxruntime"
 # "per-target": relax.get_default_pipeline(target) (fuses ops, dlight on GPUs);
 # "generic": relax.get_pipeline("default"), what tvm.compile uses (no FuseOps on CPU).
 PIPELINES: tuple[str, ...] = ("per-target", "generic")
