@@ -136,6 +136,7 @@ def provision_board(key: str, root: Path | None = None, log: Path | None = None)
     # The script is idempotent (it checks its own pins), so a provisioned root costs one bash start.
     result = subprocess.run(
         ["bash", str(kind.provision_script), str(root)],
+        env={**os.environ, "PYTHON": sys.executable},  # this interpreter has pip; a bare python3 may not
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

@@ -6,8 +6,9 @@
 #
 # Idempotent: a finished root carries ROOT/.tvmbench-provisioned (holding the pins) and is left alone;
 # an unfinished one is rebuilt. Needs: debootstrap, dpkg, python3 -m pip with network access to the
-# Debian mirror apt uses and to the Python package index. Run as root (debootstrap --foreign creates
-# device nodes and owners) or under fakeroot.
+# Debian mirror apt uses and to the Python package index. Runs debootstrap as root, or under fakeroot
+# when not root (it creates device nodes and sets owners). PYTHON: the interpreter whose pip installs
+# the wheels (default python3; tvmbench passes its own).
 set -euo pipefail
 
 ROOT=${1:-${TVMBENCH_HOME:-$HOME/.tvmbench}/boards/arm64-emu}
@@ -24,6 +25,14 @@ if [[ -f $STAMP && "$(cat "$STAMP")" == "$PINS" ]]; then
   exit 0
 fi
 
+DEBOOTSTRAP=(debootstrap)
+if [[ $(id -u) -ne 0 ]]; then
+  command -v fakeroot >/dev/null || {
+    echo "error: debootstrap needs root: run as root, or apt-get install fakeroot" >&2
+    exit 1
+  }
+  DEBOOTSTRAP=(fakeroot debootstrap)
+fi
 for tool in debootstrap dpkg; do
   command -v "$tool" >/dev/null || {
     echo "error: $tool not found; apt-get install debootstrap qemu-user-static" >&2
@@ -52,7 +61,7 @@ PARTIAL="$ROOT.partial"
 rm -rf "$PARTIAL"
 mkdir -p "$(dirname "$ROOT")"
 echo "arm64-emu: debootstrap $SUITE arm64 from $MIRROR into $PARTIAL"
-debootstrap --foreign --arch=arm64 --variant=minbase --include=python3 "$SUITE" "$PARTIAL" "$MIRROR" \
+"${DEBOOTSTRAP[@]}" --foreign --arch=arm64 --variant=minbase --include=python3 "$SUITE" "$PARTIAL" "$MIRROR" \
   >"$PARTIAL.log" 2>&1 || { tail -20 "$PARTIAL.log" >&2; exit 1; }
 # Unpack every fetched package without running its scripts (they would need emulation, and nothing
 # on the board needs them: the agent only imports Python modules).
