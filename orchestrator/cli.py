@@ -488,6 +488,7 @@ def targets_list(as_json: JsonOpt = False) -> None:
             "arch": p.arch,
             "tvm_target": json.dumps(p.tvm_target),
             "cross_compiler": p.cross_compiler or "",
+            "debian_packages": p.cross_compiler_package or "",
             "emulated": p.emulated,
         }
         for p in PRESETS.values()

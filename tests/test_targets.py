@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -67,6 +68,22 @@ def test_missing_cross_compiler_is_a_build_error_naming_the_package(mlp: tuple[M
     assert "tvmbench-no-such-gcc" in build.error and "apt-get install gcc-tvmbench-test" in build.error
 
 
+def test_cross_compiler_without_its_c_library_names_the_package(
+    mlp: tuple[ModelRef, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stand-in for a cross gcc installed without recommends: it fails to link the way the real one does.
+    fake = tmp_path / "bin" / "tvmbench-fake-gcc"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'ld: cannot find crti.o: No such file or directory' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    model, data = mlp
+    job = _job(model, "rpi4", cross_compiler=fake.name, cross_compiler_package="gcc-x libc6-dev-x-cross")
+    build, artifact = build_job(job, data)
+    assert artifact is None and build.status == "build"
+    assert "C runtime is missing" in build.error and "apt-get install gcc-x libc6-dev-x-cross" in build.error
+
+
 def test_user_defined_target_in_sweep_file(tmp_path: Path, models_dir: Path) -> None:
     text = f"""
 [[models]]
@@ -95,6 +112,7 @@ def test_targets_list_cli_shows_every_preset() -> None:
     rows = {r["preset"]: r for r in json.loads(result.output)}
     assert set(rows) >= REQUIRED
     assert rows["rpi3"]["arch"] == "armv7l" and rows["riscv64"]["cross_compiler"] == "riscv64-linux-gnu-gcc"
+    assert "libc6-dev-armhf-cross" in rows["rpi3"]["debian_packages"]
 
 
 def test_cuda_build_without_gpu_waits_for_a_device(
