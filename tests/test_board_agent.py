@@ -117,3 +117,18 @@ def test_profile_must_be_a_boolean(tmp_path: Path, models_dir: Path) -> None:
     text = f'[[models]]\npath = "{models_dir}/tiny_mlp.onnx"\n[measure]\nprofile = 1\n'
     with pytest.raises(SpecError, match=r"measure\.profile = 1: expected true or false"):
         parse_spec(text, base=tmp_path)
+
+
+def test_unprovisioned_emulated_board_says_how_to_provision(tmp_path: Path) -> None:
+    import shutil
+
+    from orchestrator.farm import FarmError, board_command
+
+    with pytest.raises(FarmError) as raised:
+        board_command("arm64-emu", "127.0.0.1:1", "127.0.0.1", 2, root=tmp_path / "nothing-here")
+    if shutil.which("qemu-aarch64-static") is None:
+        assert "apt-get install qemu-user-static" in str(raised.value)
+    else:
+        assert "not provisioned" in str(raised.value) and "provision.sh" in str(raised.value)
+    # A native key runs the agent with this interpreter.
+    assert board_command("host", "127.0.0.1:1", "127.0.0.1", 2)[0] == sys.executable
