@@ -149,3 +149,5 @@ class Run(Base):
     equivalent_to: Mapped[str | None] = mapped_column(String(64), nullable=True)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Per-kernel times from the board agent ([measure] profile = true); migration 0002.
+    kernel_profile: Mapped[dict | None] = mapped_column(JSON, nullable=True)

@@ -316,6 +316,7 @@ class ResultStore:
                     load_avg_1m=run.load_avg_1m,
                     builds_in_flight=run.builds_in_flight,
                     equivalent_to=run.equivalent_to,
+                    kernel_profile=run.kernel_profile,
                     started_at=_ts(run.started_at),
                     finished_at=_ts(run.finished_at),
                 )
@@ -428,6 +429,7 @@ class ResultStore:
                     "load_avg_1m": r.load_avg_1m,
                     "builds_in_flight": r.builds_in_flight,
                     "equivalent_to": r.equivalent_to,
+                    "kernel_profile": r.kernel_profile,
                     "started_at": r.started_at.isoformat() if r.started_at else None,
                     "finished_at": r.finished_at.isoformat() if r.finished_at else None,
                 }

@@ -123,15 +123,32 @@ def sweep_plan(
 
 
 @contextmanager
-def _farm_for_run(tracker: str | None, boards: int, extra_keys: tuple[str, ...] = ()):
-    """The configured farm, or an ephemeral local one that is stopped afterwards."""
+def _farm_for_run(tracker: str | None, boards: int, board_keys: set[str] | None = None):
+    """The configured farm, or an ephemeral local one that is stopped afterwards.
+
+    The ephemeral farm also starts one emulated board for each key of ``board_keys`` this machine
+    can emulate (an aarch64 board under qemu, provisioned the first time; a Cortex-M under QEMU).
+    """
     home = _home()
     address = tracker or farm_mod.configured_tracker(home)
     if address:
         yield address
         return
-    err.print(f"[dim]no farm configured: starting a local tracker and {boards} host board(s) on 127.0.0.1[/]")
-    local = farm_mod.LocalFarm.start(home / "logs" / "ephemeral-farm", {"host": boards, **dict.fromkeys(extra_keys, 1)})
+    wanted: dict[str, int] = {"host": boards}
+    roots: dict[str, str] = {}
+    for key in sorted((board_keys or set()) & set(farm_mod.EMULATED_BOARDS)):
+        root = farm_mod.board_root(key)
+        if not farm_mod.is_provisioned(root):
+            err.print(f"[dim]provisioning board {key} into {root} (once; about a minute)[/]")
+        roots[key] = str(farm_mod.provision_board(key, root, log=home / "logs" / f"provision-{key}.log"))
+        wanted[key] = 1
+    from workers.mcu_agent import agent_command
+
+    for key in sorted(k for k in (board_keys or set()) if agent_command(k) is not None):
+        wanted[key] = 1
+    described = ", ".join(f"{n} {k}" for k, n in wanted.items())
+    err.print(f"[dim]no farm configured: starting a local tracker and board(s) {described} on 127.0.0.1[/]")
+    local = farm_mod.LocalFarm.start(home / "logs" / "ephemeral-farm", wanted, board_roots=roots)
     try:
         yield local.tracker
     finally:
@@ -157,9 +174,7 @@ def _execute(spec, db: str | None, tracker: str | None, ray_address: str | None,
     store = _store(db)
     cache = ArtifactCache(_home() / "artifacts")
     try:
-        # Emulated microcontrollers of the sweep get their agents in an ephemeral farm too.
-        mcu_keys = tuple(sorted({t.board_key for t in spec.targets if t.emulated and t.tvm_target.get("kind") == "c"}))
-        with _farm_for_run(tracker, boards, mcu_keys) as address:
+        with _farm_for_run(tracker, boards, {t.board_key for t in spec.targets}) as address:
             ensure_ray(ray_address)
             with _progress_bar() as bar:
                 task = bar.add_task(f"sweep {spec.sweep_id}", total=None, detail="starting")
@@ -332,18 +347,48 @@ def farm_up(
         str, typer.Option(help="Address to bind. Anything but 127.0.0.1 exposes remote code execution.")
     ] = farm_mod.LOOPBACK,
     port: Annotated[int | None, typer.Option(help="Tracker port (default: a free one).")] = None,
+    board: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--board",
+            help="Also start an emulated board of this kind (repeatable): "
+            + ", ".join(farm_mod.EMULATED_BOARDS)
+            + ". Provisioned on first use, then cached.",
+        ),
+    ] = None,
 ) -> None:
     """Start a local tracker and N board agents that stay up until `farm down`."""
     home = _home()
     state = farm_mod.read_state(home)
     if state:
         fail(f"a farm is already configured at {state['tracker']}; run `tvmbench farm down` first")
+    wanted: dict[str, int] = {key: boards} if boards else {}
+    roots: dict[str, str] = {}
+    for kind in board or []:
+        if kind not in farm_mod.EMULATED_BOARDS:
+            fail(
+                f"--board {kind!r} is not a board this machine can emulate; "
+                f"use one of: {', '.join(farm_mod.EMULATED_BOARDS)}"
+            )
+        root = farm_mod.board_root(kind)
+        if not farm_mod.is_provisioned(root):
+            err.print(f"[dim]provisioning board {kind} into {root} (once; about a minute)[/]")
+        try:
+            roots[kind] = str(farm_mod.provision_board(kind, root, log=home / "logs" / f"provision-{kind}.log"))
+        except farm_mod.FarmError as exc:
+            fail(str(exc))
+        wanted[kind] = wanted.get(kind, 0) + 1
+    if not wanted:
+        fail("no boards asked for: give --boards N and/or --board KIND")
     try:
-        local = farm_mod.LocalFarm.start(home / "logs" / "farm", {key: boards}, host=host, tracker_port=port)
+        local = farm_mod.LocalFarm.start(
+            home / "logs" / "farm", wanted, host=host, tracker_port=port, board_roots=roots
+        )
     except farm_mod.FarmError as exc:
         fail(str(exc))
     farm_mod.write_state(home, local.to_json())
-    console.print(f"farm up: tracker {local.tracker}, {boards} board(s) with key {key!r}")
+    described = ", ".join(f"{n} with key {k!r}" for k, n in wanted.items())
+    console.print(f"farm up: tracker {local.tracker}, boards: {described}")
 
 
 @farm_app.command("down")
@@ -383,8 +428,15 @@ def farm_add(key: Annotated[str, typer.Option(help="Tracker key of the new board
 
 
 @farm_app.command("list")
-def farm_list(tracker: TrackerOpt = None, db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """Every board the tracker knows, with its key and what the database knows of it."""
+def farm_list(
+    tracker: TrackerOpt = None,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+    live: Annotated[
+        bool, typer.Option("--live/--no-live", help="Ask each free board for its facts (else the database's).")
+    ] = True,
+) -> None:
+    """Every board the tracker knows: key, state (free/busy), and its facts (live, else from the database)."""
     address = tracker or farm_mod.configured_tracker(_home())
     if not address:
         fail("no farm configured: `tvmbench farm up` starts a local one, `tvmbench farm connect HOST:PORT` uses yours")
@@ -393,20 +445,37 @@ def farm_list(tracker: TrackerOpt = None, db: DbOpt = None, as_json: JsonOpt = F
     except OSError as exc:
         fail(f"tracker {address} does not answer ({exc}); is it running? (`tvmbench farm up`)")
     known = {b.id: b for b in _store(db).boards()}
+    try:
+        fresh = farm_mod.live_board_facts(address) if live else {}
+    except OSError:
+        fresh = {}
     for row in rows:
         board = known.get(row["board"])
+        facts = fresh.get(row["board"]) or (board.facts if board else None) or {}
+        health = board.state if board else "new"
+        # Answered now: free (or its recorded health if that is bad); not answered: in use.
+        answered = "free" if health in ("new", "ok") else health
+        state = answered if row["board"] in fresh else ("busy" if live else health)
         row.update(
             {
-                "arch": board.arch if board else None,
-                "state": board.state if board else "new",
-                "emulated": board.emulated if board else None,
-                "cpu": (board.facts or {}).get("cpu_model") if board else None,
+                "state": state,
+                "agent": "tvmbench" if facts else ("stock" if row["board"] in fresh else None),
+                "arch": facts.get("arch") or (board.arch if board else None),
+                "emulated": facts.get("emulated", board.emulated if board else None),
+                "cpu": facts.get("cpu_model"),
+                "cores": facts.get("cores"),
+                "mem_mb": facts.get("mem_total_mb"),
+                "os": facts.get("os"),
+                "tvm": facts.get("tvm_version"),
+                "facts": facts or None,
             }
         )
     if as_json:
         _print_json({"tracker": address, "boards": rows})
         return
-    report.simple_table(console, rows, title=f"farm at {address}")
+    report.simple_table(
+        console, [{k: v for k, v in r.items() if k != "facts"} for r in rows], title=f"farm at {address}"
+    )
 
 
 # --- targets and db ---------------------------------------------------------------------------------
@@ -424,6 +493,7 @@ def targets_list(as_json: JsonOpt = False) -> None:
             "arch": p.arch,
             "tvm_target": json.dumps(p.tvm_target),
             "cross_compiler": p.cross_compiler or "",
+            "debian_packages": p.cross_compiler_package or "",
             "emulated": p.emulated,
         }
         for p in PRESETS.values()

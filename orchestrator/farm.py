@@ -90,6 +90,93 @@ class BoardProcess:
     pid: int
 
 
+INFRA_DIR = Path(__file__).resolve().parent.parent / "infra" / "farm"
+
+
+@dataclass(frozen=True)
+class EmulatedBoardKind:
+    """A board this machine can emulate: a provisioned userland run by a qemu user-mode emulator."""
+
+    key: str
+    emulator: str  # the qemu binary the launcher needs
+    emulator_package: str  # Debian package providing it
+
+    @property
+    def provision_script(self) -> Path:
+        return INFRA_DIR / self.key / "provision.sh"
+
+    @property
+    def launch_script(self) -> Path:
+        return INFRA_DIR / self.key / "launch.sh"
+
+
+EMULATED_BOARDS: dict[str, EmulatedBoardKind] = {
+    "arm64-emu": EmulatedBoardKind("arm64-emu", "qemu-aarch64-static", "qemu-user-static"),
+}
+EMULATED_BOARD_START_S = 180.0  # `import tvm` alone takes 6-30 s under qemu on a busy machine
+
+
+def board_root(key: str) -> Path:
+    """Where the emulated board ``key`` is provisioned: TVMBENCH_BOARD_ROOT_<KEY>, else TVMBENCH_HOME/boards/<key>."""
+    env = os.environ.get("TVMBENCH_BOARD_ROOT_" + key.upper().replace("-", "_"))
+    if env:
+        return Path(env)
+    home = Path(os.environ.get("TVMBENCH_HOME", Path.home() / ".tvmbench"))
+    return home / "boards" / key
+
+
+def is_provisioned(root: Path) -> bool:
+    return (root / ".tvmbench-provisioned").is_file()
+
+
+def provision_board(key: str, root: Path | None = None, log: Path | None = None) -> Path:
+    """Provision the emulated board ``key`` into ``root`` (once; a provisioned root is reused)."""
+    kind = EMULATED_BOARDS[key]
+    root = root or board_root(key)
+    # The script is idempotent (it checks its own pins), so a provisioned root costs one bash start.
+    result = subprocess.run(
+        ["bash", str(kind.provision_script), str(root)],
+        env={**os.environ, "PYTHON": sys.executable},  # this interpreter has pip; a bare python3 may not
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        check=False,
+    )
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(result.stdout)
+    if result.returncode != 0:
+        tail = " | ".join(result.stdout.strip().splitlines()[-3:])
+        raise FarmError(f"provisioning board {key} into {root} failed: {tail}")
+    return root
+
+
+def board_command(key: str, tracker: str, host: str, port: int, root: Path | None = None) -> list[str]:
+    """The command that runs one board agent for ``key``: natively, or under its emulator."""
+    agent_args = ["--tracker", tracker, "--key", key, "--host", host, "--port", str(port)]
+    from workers.mcu_agent import agent_command
+
+    mcu = agent_command(key)  # an emulated microcontroller's key (cortex-m4-emu, ...) gets the MCU agent
+    if mcu is not None:
+        return [*mcu, *agent_args]
+    kind = EMULATED_BOARDS.get(key)
+    if kind is None:
+        agent = Path(__file__).resolve().parent.parent / "workers" / "board_agent.py"
+        return [sys.executable, str(agent), *agent_args]
+    import shutil
+
+    if shutil.which(kind.emulator) is None:
+        raise FarmError(f"board {key} needs {kind.emulator}: apt-get install {kind.emulator_package}")
+    root = root or board_root(key)
+    if not is_provisioned(root):
+        raise FarmError(
+            f"board {key} is not provisioned at {root}: run {kind.provision_script} {root} "
+            f"(or `tvmbench farm up --board {key}`, which provisions it)"
+        )
+    return ["bash", str(kind.launch_script), str(root), *agent_args]
+
+
 @dataclass
 class LocalFarm:
     """A tracker and board agents started by this machine, on loopback unless told otherwise."""
@@ -99,6 +186,7 @@ class LocalFarm:
     host: str = LOOPBACK
     boards: list[BoardProcess] = field(default_factory=list)
     log_dir: str = ""
+    board_roots: dict[str, str] = field(default_factory=dict)  # emulated board key -> provisioned root
 
     @property
     def tracker(self) -> str:
@@ -112,8 +200,13 @@ class LocalFarm:
         host: str = LOOPBACK,
         tracker_port: int | None = None,
         timeout_s: float = 60.0,
+        board_roots: dict[str, str] | None = None,
     ) -> LocalFarm:
-        """Start a tracker and ``boards`` ({key: count}, default one "host" board); wait until registered."""
+        """Start a tracker and ``boards`` ({key: count}, default one "host" board); wait until registered.
+
+        A key of ``EMULATED_BOARDS`` (such as "arm64-emu") starts that emulated board from its
+        provisioned root (``board_roots[key]``, else ``board_root(key)``).
+        """
         if host != LOOPBACK:
             print(f"warning: farm listening on {host}: {RPC_WARNING}", file=sys.stderr)
         port = tracker_port or free_port(host)
@@ -132,7 +225,9 @@ class LocalFarm:
             ],
             log_dir / "tracker.log",
         )
-        farm = cls(tracker_port=port, tracker_pid=proc.pid, host=host, log_dir=str(log_dir))
+        farm = cls(
+            tracker_port=port, tracker_pid=proc.pid, host=host, log_dir=str(log_dir), board_roots=board_roots or {}
+        )
         try:
             wait_until(
                 lambda: tracker_summary(farm.tracker, timeout_s=2) is not None,
@@ -142,7 +237,8 @@ class LocalFarm:
             for key, count in (boards or {"host": 1}).items():
                 for _ in range(count):
                     farm.add_board(key, wait=False)
-            farm.wait_for_boards(timeout_s)
+            emulated = any(k in EMULATED_BOARDS for k in boards or {})
+            farm.wait_for_boards(max(timeout_s, EMULATED_BOARD_START_S) if emulated else timeout_s)
         except BaseException:
             farm.stop()
             raise
@@ -151,29 +247,13 @@ class LocalFarm:
     def add_board(self, key: str = "host", *, wait: bool = True, timeout_s: float = 60.0) -> BoardProcess:
         """Start one board agent on this machine registered under ``key``."""
         port = free_port(self.host)
-        agent = Path(__file__).resolve().parent.parent / "workers" / "board_agent.py"
-        from workers.mcu_agent import agent_command
-
-        # An emulated microcontroller's key (cortex-m4-emu, ...) gets the MCU agent instead.
-        command = agent_command(key) or [sys.executable, str(agent)]
-        proc = _spawn(
-            [
-                *command,
-                "--tracker",
-                self.tracker,
-                "--key",
-                key,
-                "--host",
-                self.host,
-                "--port",
-                str(port),
-            ],
-            Path(self.log_dir) / f"board-{key}-{port}.log",
-        )
+        root = self.board_roots.get(key)
+        cmd = board_command(key, self.tracker, self.host, port, Path(root) if root else None)
+        proc = _spawn(cmd, Path(self.log_dir) / f"board-{key}-{port}.log")
         board = BoardProcess(key=key, port=port, pid=proc.pid)
         self.boards.append(board)
         if wait:
-            self.wait_for_boards(timeout_s)
+            self.wait_for_boards(max(timeout_s, EMULATED_BOARD_START_S) if key in EMULATED_BOARDS else timeout_s)
         return board
 
     def wait_for_boards(self, timeout_s: float = 60.0) -> None:
@@ -201,6 +281,7 @@ class LocalFarm:
             "tracker_port": self.tracker_port,
             "log_dir": self.log_dir,
             "boards": [b.__dict__ for b in self.boards],
+            "board_roots": self.board_roots,
         }
 
     @classmethod
@@ -211,6 +292,7 @@ class LocalFarm:
             host=data["host"],
             log_dir=data["log_dir"],
             boards=[BoardProcess(**b) for b in data["boards"]],
+            board_roots=data.get("board_roots", {}),
         )
 
 
@@ -282,3 +364,29 @@ def board_rows(tracker: str) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def live_board_facts(tracker: str, deadline_s: float = 5.0) -> dict[str, dict[str, Any] | None]:
+    """Ask every free board for its facts: {board id: facts, or None for a stock RPC server}.
+
+    The tracker hands out a board per request, not a named one, so for a key with N free boards N
+    sessions are held open at once, which reaches each board once. A board busy with a sweep is not
+    waited for (it is simply missing from the answer).
+    """
+    from workers.measure import DeviceUnavailable, board_facts, request_session
+
+    summary = tracker_summary(tracker)
+    facts: dict[str, dict[str, Any] | None] = {}
+    for key, queue in summary.get("queue_info", {}).items():
+        sessions = []
+        try:
+            for _ in range(int(queue.get("free", 0))):
+                try:
+                    session = request_session(tracker, key, deadline_s, session_timeout_s=30)
+                except (DeviceUnavailable, OSError, RuntimeError):
+                    break
+                sessions.append(session)
+                facts[session.board_id] = board_facts(session.remote)
+        finally:
+            sessions.clear()  # dropping the sessions frees the boards
+    return facts

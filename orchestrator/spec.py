@@ -93,7 +93,16 @@ _AXES_DEFAULTS: dict[str, list[Any]] = {
     "pipeline": ["per-target"],
     "kernels": ["c"],
 }
-_MEASURE_KEYS = {"number", "repeat", "min_repeat_ms", "cooldown_ms", "seed", "session_timeout_s", "device_wait_s"}
+_MEASURE_KEYS = {
+    "number",
+    "repeat",
+    "min_repeat_ms",
+    "cooldown_ms",
+    "seed",
+    "session_timeout_s",
+    "device_wait_s",
+    "profile",
+}
 _TOLERANCE_KEYS = {"atol", "rtol"}
 
 
@@ -213,6 +222,9 @@ def _measure(data: dict[str, Any]) -> MeasureSettings:
         if f.name not in section:
             continue
         value = section[f.name]
+        if f.type in ("bool", bool):
+            values[f.name] = _typed(f"{where}.{f.name}", value, bool, "true or false")
+            continue
         if f.type in ("int", int):
             _typed(f"{where}.{f.name}", value, int, "a non-negative integer")
         else:

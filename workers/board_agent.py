@@ -6,6 +6,11 @@ This file depends on TVM (and the standard library) only, so it can be copied to
 
 Functions registered for the orchestrator (reachable through the RPC session):
 - ``tvmbench.board_facts() -> str``: JSON with architecture, CPU, cores, memory, OS and versions.
+- ``tvmbench.profile(file_name, repeat, *inputs) -> str``: JSON with the time of every kernel call of
+  ``main`` in an uploaded module, taken by a VM instrument on the board (TVM 0.27 has no VM profiler).
+- ``tvmbench.onnxruntime(file_name, number, repeat, input_names_json, *inputs) -> str``: runs an uploaded
+  ONNX model under the board's own ONNX Runtime (when installed): outputs and timings, the baseline that
+  TVM builds are compared with on the same board.
 
 The RPC server executes whatever code a client uploads, by design. It binds 127.0.0.1 unless --host
 says otherwise, and then warns.
@@ -20,7 +25,7 @@ import platform
 import socket
 import sys
 
-AGENT_VERSION = "1"
+AGENT_VERSION = "2"
 
 
 def _cpu_model() -> str:
@@ -80,6 +85,96 @@ def board_facts(key: str, port: int, emulated: bool) -> dict:
     }
 
 
+def profile_module(path: str, repeat: int, inputs: list) -> dict:
+    """Per-kernel times of ``main`` in the module at ``path``, run ``repeat`` times on the inputs' device.
+
+    The VM calls an instrument before and after each Call instruction; the time between the two is the
+    kernel's (the device is synchronised first, so asynchronous GPU kernels are counted where they run).
+    Only the bytecode VM interprets calls one by one: a "compiled" VM executable shows no kernel calls,
+    and the result then says so instead of reporting zeros.
+    """
+    import time
+
+    import tvm
+    from tvm import relax
+
+    dev = inputs[0].device if inputs else tvm.cpu(0)
+    vm = relax.VirtualMachine(tvm.runtime.load_module(path), dev)
+    totals: dict[str, list[float]] = {}
+    started: list[float] = []
+
+    def instrument(_func, symbol, before_run, _ret, *_args) -> int:
+        dev.sync()
+        if before_run:
+            started.append(time.perf_counter())
+        else:
+            totals.setdefault(str(symbol), []).append((time.perf_counter() - started.pop()) * 1e3)
+        return 0
+
+    vm["main"](*inputs)  # warm-up outside the measurement: first calls allocate and load
+    vm.set_instrument(instrument)
+    wall = []
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        vm["main"](*inputs)
+        dev.sync()
+        wall.append((time.perf_counter() - t0) * 1e3)
+    runs = max(1, repeat)
+    kernels = [
+        {
+            "name": name,
+            # VM builtins (allocation, shape checks) are calls too; "kernel" marks the compiled ones.
+            "kind": "builtin" if name.startswith("vm.builtin.") else "kernel",
+            "calls_per_run": len(times) // runs,
+            "total_ms": sum(times) / runs,
+        }
+        for name, times in totals.items()
+    ]
+    kernels.sort(key=lambda k: -k["total_ms"])
+    result = {
+        "available": bool(kernels),
+        "repeat": runs,
+        "run_ms": sum(wall) / runs,
+        "kernels": kernels,
+    }
+    if not kernels:
+        result["reason"] = "the VM reported no kernel calls (a vm-compiled executable runs them without the VM)"
+    return result
+
+
+def onnxruntime_run(path: str, number: int, repeat: int, inputs: dict) -> dict:
+    """Run an ONNX model under this board's ONNX Runtime (CPU): its outputs and ``repeat`` mean times.
+
+    Outputs travel back as base64 .npy so they can be checked on the orchestrator like a TVM run's.
+    """
+    import base64
+    import io
+    import time
+
+    import numpy as np
+
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return {"available": False, "reason": "onnxruntime is not installed on this board (pip install onnxruntime)"}
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    outputs = session.run(None, inputs)  # also the warm-up
+    samples = []
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        for _ in range(max(1, number)):
+            session.run(None, inputs)
+        samples.append((time.perf_counter() - t0) / max(1, number) * 1e3)
+    encoded = []
+    for out in outputs:
+        buf = io.BytesIO()
+        np.save(buf, np.asarray(out), allow_pickle=False)
+        encoded.append(base64.b64encode(buf.getvalue()).decode())
+    return {"available": True, "version": ort.__version__, "samples_ms": samples, "outputs": encoded}
+
+
 def register_functions(key: str, port: int, emulated: bool) -> None:
     """Register the agent's functions; RPC sessions run in forked children, which inherit them."""
     import tvm_ffi
@@ -89,6 +184,18 @@ def register_functions(key: str, port: int, emulated: bool) -> None:
     @tvm_ffi.register_global_func("tvmbench.board_facts", override=True)
     def _facts() -> str:
         return facts
+
+    @tvm_ffi.register_global_func("tvmbench.profile", override=True)
+    def _profile(file_name: str, repeat: int, *inputs) -> str:
+        # The RPC server keeps uploads in its session's work folder; it resolves names there.
+        path = tvm_ffi.get_global_func("tvm.rpc.server.workpath")(file_name)
+        return json.dumps(profile_module(path, int(repeat), list(inputs)))
+
+    @tvm_ffi.register_global_func("tvmbench.onnxruntime", override=True)
+    def _onnxruntime(file_name: str, number: int, repeat: int, input_names: str, *inputs) -> str:
+        path = tvm_ffi.get_global_func("tvm.rpc.server.workpath")(file_name)
+        feeds = {name: tensor.numpy() for name, tensor in zip(json.loads(input_names), inputs, strict=True)}
+        return json.dumps(onnxruntime_run(path, int(number), int(repeat), feeds))
 
 
 def serve(tracker: str | None, key: str, host: str, port: int, port_end: int, emulated: bool) -> None:

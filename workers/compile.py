@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.artifacts import elf_arch
-from workers.records import Build, Job, canonical_hash
+from workers.records import BASELINE_EXECUTOR, Build, Job, canonical_hash
 
 
 def tvm_versions() -> tuple[str, str]:
@@ -76,6 +76,16 @@ def build_job(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
         "ffi_version": ffi_version,
         "host": socket.gethostname(),
     }
+    if job.executor == BASELINE_EXECUTOR:
+        # The baseline runs the ONNX file itself on the board: nothing to compile, the model is the artifact.
+        return Build(
+            status="ok",
+            fingerprint=canonical_hash({"onnx": hashlib.sha256(model_data).hexdigest(), "executor": job.executor})[:16],
+            compile_s=0.0,
+            artifact_sha256=hashlib.sha256(model_data).hexdigest(),
+            artifact_size=len(model_data),
+            **common,
+        ), model_data
     if job.target.cross_compiler and shutil.which(job.target.cross_compiler) is None:
         package = job.target.cross_compiler_package or "the cross compiler's package"
         return Build(
@@ -116,9 +126,16 @@ def build_job(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
                 executable.export_library(str(lib_path))
             data = lib_path.read_bytes()
     except Exception as exc:
+        error = one_line(exc)
+        if job.target.cross_compiler and "cannot find crt" in str(exc):
+            # The compiler is there but not the target's C library (installed without recommends).
+            error = (
+                f"{job.target.cross_compiler} cannot link: the target's C runtime is missing "
+                f"on {socket.gethostname()}: apt-get install {job.target.cross_compiler_package}"
+            )
         return Build(
             status="build",
-            error=one_line(exc),
+            error=error,
             pass_trace=tuple(trace.names),
             compile_s=time.perf_counter() - started,
             **common,

@@ -19,8 +19,9 @@ import numpy as np
 
 from workers.artifacts import arch_compatible
 from workers.compile import one_line
-from workers.records import Build, Job, Run
+from workers.records import BASELINE_EXECUTOR, Build, Job, Run
 from workers.reference import compare
+from workers.targets import presets_for, target_kind
 
 
 class DeviceUnavailable(RuntimeError):
@@ -119,6 +120,94 @@ def board_facts(remote: Any) -> dict[str, Any] | None:
         return None
 
 
+def kernel_profile(remote: Any, file_name: str, args: list[Any], repeat: int) -> dict[str, Any]:
+    """Per-kernel times of an uploaded module, taken on the board by the agent's ``tvmbench.profile``.
+
+    A board without the agent (a stock ``tvm.exec.rpc_server``) or a profile that fails leaves the run
+    as it is: the profile is then recorded as unavailable, with the reason.
+    """
+    try:
+        profile_fn = remote.get_function("tvmbench.profile")
+    except Exception:
+        return {
+            "available": False,
+            "reason": "the board runs a stock TVM RPC server; per-kernel profiles need workers/board_agent.py",
+        }
+    try:
+        return json.loads(profile_fn(file_name, repeat, *args))
+    except Exception as exc:
+        return {"available": False, "reason": f"profiling failed on the board: {one_line(exc)}"}
+
+
+def _measure_onnxruntime(
+    remote: Any,
+    job: Job,
+    build: Build,
+    model: bytes,
+    inputs: dict[str, np.ndarray],
+    reference: list[np.ndarray],
+    base: dict[str, Any],
+    builds_in_flight: int | None,
+) -> Run:
+    """The baseline: the ONNX model under the board's own ONNX Runtime, checked and timed like a TVM run."""
+    import base64
+    import io
+
+    import tvm
+
+    settings = job.measure
+    try:
+        run_fn = remote.get_function("tvmbench.onnxruntime")
+    except Exception:
+        run_fn = None
+    if run_fn is None:
+        return Run(
+            status="build",
+            error=f"{base['board_id']} runs a stock TVM RPC server: the onnxruntime executor needs "
+            "workers/board_agent.py on the board",
+            finished_at=time.time(),
+            **base,
+        )
+    name = f"tvmbench-{build.artifact_sha256[:16]}.onnx"
+    remote.upload(bytearray(model), name)
+    names = [n for n, _, _ in job.model.inputs]
+    dev = remote.cpu(0)
+    args = [tvm.runtime.tensor(inputs[n], dev) for n in names]
+    load = os.getloadavg()[0]
+    answer = json.loads(run_fn(name, settings.number, settings.repeat, json.dumps(names), *args))
+    if not answer.get("available"):
+        return Run(status="build", error=f"{base['board_id']}: {answer.get('reason')}", finished_at=time.time(), **base)
+    outputs = [np.load(io.BytesIO(base64.b64decode(o)), allow_pickle=False) for o in answer["outputs"]]
+    max_abs, max_rel, problem = compare(outputs, reference, settings.atol, settings.rtol)
+    if problem:
+        return Run(
+            status="wrong-result",
+            error=problem,
+            max_abs_err=max_abs,
+            max_rel_err=max_rel,
+            finished_at=time.time(),
+            **base,
+        )
+    arr = np.asarray(answer["samples_ms"], dtype=float)
+    if settings.profile:
+        base["kernel_profile"] = {"available": False, "reason": "the onnxruntime executor has no per-kernel view"}
+    return Run(
+        status="ok",
+        samples_ms=tuple(float(x) for x in arr),
+        median_ms=float(np.median(arr)),
+        mean_ms=float(arr.mean()),
+        std_ms=float(arr.std()),
+        min_ms=float(arr.min()),
+        max_ms=float(arr.max()),
+        max_abs_err=max_abs,
+        max_rel_err=max_rel,
+        load_avg_1m=load,
+        builds_in_flight=builds_in_flight,
+        finished_at=time.time(),
+        **base,
+    )
+
+
 def _outputs_to_numpy(out: Any) -> list[np.ndarray]:
     if hasattr(out, "numpy"):
         return [out.numpy()]
@@ -138,7 +227,7 @@ def _classify(exc: BaseException) -> str:
 
 
 def _device(remote: Any, job: Job) -> Any:
-    kind = job.target.tvm_target.get("kind") or "llvm"
+    kind = target_kind(job.target.tvm_target)
     if kind in ("cuda", "rocm", "vulkan", "metal", "opencl"):
         return getattr(remote, kind)(0)
     return remote.cpu(0)
@@ -223,13 +312,17 @@ def _run_on_board(
         base["emulated"] = True
     board_arch = facts.get("arch") if facts else None
     if not arch_compatible(build.artifact_arch, board_arch):
+        presets = presets_for(board_arch, job.target.board_key)
+        advice = f"preset = {presets[0]!r}" if presets else f"a target with mtriple for {board_arch}"
         return Run(
             status="build",
             finished_at=time.time(),
-            error=f"artifact is {build.artifact_arch} but board {session.board_id} is {board_arch}: "
-            f"use a target preset for {board_arch} (tvmbench targets list)",
+            error=f"target {job.target.name!r} built a {build.artifact_arch} artifact but board "
+            f"{session.board_id} is {board_arch}: use {advice} for it (tvmbench targets list)",
             **base,
         )
+    if job.executor == BASELINE_EXECUTOR:
+        return _measure_onnxruntime(remote, job, build, artifact, inputs, reference, base, builds_in_flight)
     name = f"tvmbench-{build.artifact_sha256[:16]}.so"
     remote.upload(bytearray(artifact), name)
     rlib = remote.load_module(name)
@@ -262,6 +355,8 @@ def _run_on_board(
     )
     samples = [float(r) * 1e3 for r in timer(*args).results]
     arr = np.asarray(samples)
+    if settings.profile:
+        base["kernel_profile"] = kernel_profile(remote, name, args, settings.repeat)
     return Run(
         status="ok",
         samples_ms=tuple(samples),

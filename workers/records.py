@@ -34,9 +34,11 @@ ERROR_KINDS: tuple[str, ...] = (
 PENDING_STATUSES: tuple[str, ...] = ("pending", "pending-device")
 FINAL_STATUSES: tuple[str, ...] = ("ok", *ERROR_KINDS)
 
-EXECUTORS: tuple[str, ...] = ("vm-bytecode", "vm-compiled", "aot-c")
-# aot-c (microcontrollers, workers/aot): how the kernels are compiled. "c": TVM's C codegen, then the
-# board's gcc; "llvm": TVM's LLVM emits the Cortex-M object. A sweep axis of its own.
+# "onnxruntime": the baseline, the ONNX model run by ONNX Runtime on the board itself (no TVM build).
+# "aot-c" (microcontrollers, workers/aot): static C with the kernels compiled one of KERNEL_PATHS ways:
+# "c" = TVM's C codegen then the board's gcc; "llvm" = TVM's LLVM emits the Cortex-M object.
+EXECUTORS: tuple[str, ...] = ("vm-bytecode", "vm-compiled", "onnxruntime", "aot-c")
+BASELINE_EXECUTOR = "onnxruntime"
 AOT_EXECUTOR = "aot-c"
 KERNEL_PATHS: tuple[str, ...] = ("c", "llvm")
 # "per-target": relax.get_default_pipeline(target) (fuses ops, dlight on GPUs);
@@ -73,7 +75,7 @@ class TargetSpec:
     board_key: str
     arch: str  # machine the artifact must run on: x86_64, aarch64, armv7l, riscv64, ...
     cross_compiler: str | None = None  # e.g. "aarch64-linux-gnu-gcc"; None builds with the host's cc
-    cross_compiler_package: str | None = None  # Debian package that provides cross_compiler
+    cross_compiler_package: str | None = None  # Debian packages (space-separated): compiler and its libc
     emulated: bool = False  # timings come from an emulator and say nothing about real speed
 
 
@@ -90,6 +92,7 @@ class MeasureSettings:
     rtol: float = 1e-3
     session_timeout_s: float = 120.0
     device_wait_s: float = 60.0
+    profile: bool = False  # also time every kernel call on the board (needs the board agent)
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,7 @@ class Run:
     builds_in_flight: int | None = None  # builds running on this machine while timing (0 when fenced)
     equivalent_to: str | None = None  # job key whose identical program was measured instead
     board_facts: dict[str, Any] | None = None
+    kernel_profile: dict[str, Any] | None = None  # per-kernel times, or {"available": False, "reason": ...}
     started_at: float | None = None
     finished_at: float | None = None
     # What samples_ms/median_ms/... count: "ms", or "instructions" for emulated microcontrollers (a

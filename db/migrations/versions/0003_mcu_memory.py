@@ -1,7 +1,7 @@
 """builds: flash and RAM of microcontroller (aot-c) builds
 
-Revision ID: 0005
-Revises: 0001
+Revision ID: 0003
+Revises: 0002
 Create Date: 2026-11-29 16:30:00
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005"
-down_revision = "0001"
+revision = "0003"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,148 @@
+"""The emulated aarch64 board: cross-compiled programs run on a real aarch64 userland under qemu.
+
+The board is provisioned once into a cache outside the test's tmp dir (TVMBENCH_ARM64_CACHE, default
+~/.cache/tvmbench/arm64-emu) so re-runs start in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from db.store import ResultStore
+from orchestrator.farm import LocalFarm, provision_board
+from orchestrator.scheduler import run_sweep
+from orchestrator.spec import load_spec
+from tests.conftest import write_sweep
+from workers.artifacts import ArtifactCache, elf_arch
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        shutil.which("qemu-aarch64-static") is None,
+        reason="qemu-aarch64-static not installed (apt-get install qemu-user-static; scripts/setup.sh --system)",
+    ),
+]
+
+
+@pytest.fixture(scope="session")
+def arm64_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A provisioned arm64-emu root, reused across sessions."""
+    cache = Path(os.environ.get("TVMBENCH_ARM64_CACHE", Path.home() / ".cache" / "tvmbench" / "arm64-emu"))
+    return provision_board("arm64-emu", cache, log=tmp_path_factory.mktemp("provision") / "provision.log")
+
+
+@pytest.fixture(scope="module")
+def arm_farm(arm64_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFarm]:
+    """A tracker with one native host board and one emulated aarch64 board."""
+    farm = LocalFarm.start(
+        tmp_path_factory.mktemp("arm-farm-logs"),
+        {"host": 1, "arm64-emu": 1},
+        board_roots={"arm64-emu": str(arm64_root)},
+    )
+    yield farm
+    farm.stop()
+
+
+SWEEP = """
+name = "host-and-arm"
+[[models]]
+path = "{models}/tiny_cnn.onnx"
+
+[[targets]]
+preset = "host"
+
+[[targets]]
+preset = "arm64-emu"
+
+# A user's mistake: host code sent to the aarch64 board.
+[[targets]]
+preset = "host"
+name = "host-on-arm"
+board_key = "arm64-emu"
+
+[measure]
+number = 2
+repeat = 2
+"""
+
+
+@pytest.fixture(scope="module")
+def arm_sweep(arm_farm: LocalFarm, models_dir: Path, ray_local: None, tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("arm-sweep")
+    spec = load_spec(write_sweep(tmp, SWEEP.format(models=models_dir)))
+    store = ResultStore(f"sqlite:///{tmp / 'results.db'}")
+    cache = ArtifactCache(tmp / "artifacts")
+    outcome = run_sweep(spec, store, arm_farm.tracker, cache)
+    rows = {r["target"]: r for r in store.results(spec.sweep_id)}
+    yield outcome, rows, store, cache
+    store.close()
+
+
+def test_same_model_runs_on_host_and_emulated_arm(arm_sweep) -> None:
+    outcome, rows, store, cache = arm_sweep
+    assert dict(outcome.statuses) == {"ok": 2, "build": 1}
+    host, arm = rows["host"], rows["arm64-emu"]
+    assert host["status"] == "ok", host
+    assert arm["status"] == "ok", arm["error"]
+    for row in (host, arm):
+        assert row["max_abs_err"] is not None and row["max_abs_err"] <= 1e-4
+    assert arm["emulated"] is True and host["emulated"] is False
+    detail = store.job_detail(arm["job_key"])
+    sha = detail["build"]["artifact_sha256"]
+    assert detail["build"]["artifact_arch"] == "aarch64"
+    assert elf_arch(cache.get(sha)) == "aarch64"  # the bytes themselves, not only the recorded fact
+    board = next(b for b in store.boards() if b.key == "arm64-emu")
+    assert board.arch == "aarch64" and board.emulated
+    assert board.facts["tvm_version"] == "0.27.0.post1"
+
+
+def test_x86_artifact_on_arm_board_is_a_build_error_naming_the_preset(arm_sweep) -> None:
+    _, rows, _, _ = arm_sweep
+    wrong = rows["host-on-arm"]
+    assert wrong["status"] == "build", wrong
+    assert "x86_64" in wrong["error"] and "aarch64" in wrong["error"]
+    assert "preset = 'arm64-emu'" in wrong["error"]
+    assert "cannot open shared object" not in wrong["error"]
+
+
+def test_farm_up_board_arm64_emu_and_farm_list_shows_facts(
+    home: Path, arm64_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    monkeypatch.setenv("TVMBENCH_BOARD_ROOT_ARM64_EMU", str(arm64_root))
+    runner = CliRunner()
+    up = runner.invoke(app, ["farm", "up", "--boards", "1", "--board", "arm64-emu"])
+    try:
+        assert up.exit_code == 0, up.output
+        assert "'arm64-emu'" in up.output
+        listed = runner.invoke(app, ["farm", "list", "--json"])
+        assert listed.exit_code == 0, listed.output
+        boards = {b["key"]: b for b in json.loads(listed.output)["boards"]}
+        assert set(boards) == {"host", "arm64-emu"}
+        arm = boards["arm64-emu"]
+        assert arm["state"] == "free" and arm["agent"] == "tvmbench"
+        assert arm["arch"] == "aarch64" and arm["emulated"] is True
+        assert arm["facts"]["python"].startswith("3.11") and arm["tvm"] == "0.27.0.post1"
+        assert boards["host"]["emulated"] is False
+    finally:
+        down = runner.invoke(app, ["farm", "down"])
+    assert down.exit_code == 0 and "stopped" in down.output
+
+
+def test_farm_up_unknown_board_kind_is_one_line_error(home: Path) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    result = CliRunner().invoke(app, ["farm", "up", "--board", "pdp11"])
+    assert result.exit_code == 1
+    assert "'pdp11' is not a board this machine can emulate" in result.output and "arm64-emu" in result.output
