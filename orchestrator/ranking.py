@@ -57,54 +57,84 @@ def latest_sweeps(store: ResultStore, filters: q.Filters) -> dict[tuple[str, str
     return newest
 
 
+_CANDIDATE_COLUMNS = [
+    "sweep_id",
+    "job_key",
+    "model",
+    "target",
+    "board_key",
+    "executor",
+    "opt_level",
+    "pipeline",
+    "unit",
+    "emulated",
+    "median",
+    "equivalent_to",
+]
+
+
 def candidates(store: ResultStore, filters: q.Filters) -> pd.DataFrame:
-    """The ok jobs to rank, with samples: of ``filters.sweep``, else of the newest sweep per (model, board)."""
+    """The ok jobs to rank (no samples): of ``filters.sweep``, else of the newest sweep per (model, board)."""
     base = replace(filters, status="ok")
+    stmt = q.base_select(_CANDIDATE_COLUMNS).add_columns(m.Job.final_run_id.label("run_id"))
     if filters.sweep:
-        return q.query(store, base, with_samples=True)
+        return q.frame(store, q.apply_filters(stmt, base, q.resolve_sweep(store, filters.sweep).id))
     newest = latest_sweeps(store, filters)
-    if not newest:
-        return q.query(store, replace(base, sweep=None), with_samples=True, limit=0)
-    stmt = q.apply_filters(q.base_select(with_samples=True), replace(base, sweep=None)).where(
-        m.Job.sweep_id.in_(sorted(set(newest.values())))
-    )
+    stmt = q.apply_filters(stmt, replace(base, sweep=None)).where(m.Job.sweep_id.in_(sorted(set(newest.values()))))
     df = q.frame(store, stmt)
-    keep = [newest.get((mod, bk)) == sid for mod, bk, sid in zip(df["model"], df["board_key"], df["sweep_id"])]
+    triples = zip(df["model"], df["board_key"], df["sweep_id"], strict=True)
+    keep = [newest.get((mod, bk)) == sid for mod, bk, sid in triples]
     return df[keep].reset_index(drop=True)
 
 
-def _ci_dict(prefix: str, row: Any, confidence: float, seed: int) -> dict[str, Any]:
-    ci = median_ci(row["samples"], confidence, seed=seed)
-    value = row["median"] if row["median"] is not None else ci.value
-    return {f"{prefix}_median": value, f"{prefix}_lo": ci.lo, f"{prefix}_hi": ci.hi, "_ci": ci}
+def _samples(store: ResultStore, run_ids: list[int]) -> dict[int, list[float]]:
+    """The samples of the given runs, in one query."""
+    if not run_ids:
+        return {}
+    with store.engine.connect() as conn:
+        return dict(conn.execute(select(m.Run.id, m.Run.samples).where(m.Run.id.in_(run_ids))).all())
 
 
-def rank(df: pd.DataFrame, *, confidence: float = 0.95, seed: int = DEFAULT_SEED) -> list[dict[str, Any]]:
-    """One ranking row per (model, board key, unit, emulated) of the candidate frame ``df``."""
-    out: list[dict[str, Any]] = []
+def rank(
+    store: ResultStore, df: pd.DataFrame, *, confidence: float = 0.95, seed: int = DEFAULT_SEED
+) -> list[dict[str, Any]]:
+    """One ranking row per (model, board key, unit, emulated) of the candidate frame ``df``.
+
+    Sorting and picking happen once over the whole frame; only the top two of each ranking have their
+    samples fetched (one query) and bootstrapped.
+    """
     if df.empty:
-        return out
-    measured = df[df["median"].notna()]
-    for (model, board_key, unit, emulated), group in measured.groupby(RANK_KEYS, sort=True):
-        baseline = group[group["executor"] == BASELINE_EXECUTOR]
-        contenders = group[group["executor"] != BASELINE_EXECUTOR]
-        # A job that reused another's identical program carries the same numbers: rank the program once.
-        keys = set(contenders["job_key"])
-        contenders = contenders[~contenders["equivalent_to"].isin(keys)].sort_values(["median", "job_key"])
-        if contenders.empty:
-            continue
-        top = contenders.iloc[0]
-        best = _ci_dict("best", top, confidence, seed)
+        return []
+    df = df[df["median"].notna()].sort_values([*RANK_KEYS, "median", "job_key"])
+    is_baseline = df["executor"] == BASELINE_EXECUTOR
+    baseline = df[is_baseline].groupby(RANK_KEYS)["median"].min().to_dict()
+    contenders = df[~is_baseline]
+    # A job that reused another's identical program carries the same numbers: rank the program once.
+    measured = set(zip(contenders["sweep_id"], contenders["job_key"], strict=True))
+    dup = [(s, e) in measured for s, e in zip(contenders["sweep_id"], contenders["equivalent_to"], strict=True)]
+    contenders = contenders[[not d for d in dup]]
+    groups = contenders.groupby(RANK_KEYS, sort=True)
+    top2 = groups.head(2)
+    slowest = groups.tail(1).set_index(RANK_KEYS)
+    sizes = groups.size().to_dict()
+    samples = _samples(store, [int(r) for r in top2["run_id"].dropna()])
+    out: list[dict[str, Any]] = []
+    for key, pair in top2.groupby(RANK_KEYS, sort=True):
+        model, board_key, unit, emulated = key
+        top = pair.iloc[0]
+        ci = median_ci(samples.get(top["run_id"]), confidence, seed=seed)
         row: dict[str, Any] = {
             "model": model,
             "board_key": board_key,
             "unit": unit,
             "emulated": bool(emulated),
             "sweep_id": top["sweep_id"],
-            "candidates": len(contenders),
+            "candidates": int(sizes[key]),
             "best": config_name(top),
             "best_job": top["job_key"],
-            **{k: v for k, v in best.items() if k != "_ci"},
+            "best_median": float(top["median"]),
+            "best_lo": ci.lo,
+            "best_hi": ci.hi,
             "runner_up": None,
             "runner_up_median": None,
             "runner_up_lo": None,
@@ -112,26 +142,24 @@ def rank(df: pd.DataFrame, *, confidence: float = 0.95, seed: int = DEFAULT_SEED
             "uncertain": False,
         }
         verdict = f"{config_name(top)} is fastest"
-        if len(contenders) == 1:
+        if len(pair) == 1:
             verdict = f"{config_name(top)} (the only configuration measured)"
         else:
-            second = contenders.iloc[1]
-            runner = _ci_dict("runner_up", second, confidence, seed)
-            row.update({k: v for k, v in runner.items() if k != "_ci"})
-            row["runner_up"] = config_name(second)
-            if best["_ci"].overlaps(runner["_ci"]):
+            second = pair.iloc[1]
+            ci2 = median_ci(samples.get(second["run_id"]), confidence, seed=seed)
+            row.update(
+                runner_up=config_name(second), runner_up_median=float(second["median"]), runner_up_lo=ci2.lo,
+                runner_up_hi=ci2.hi,
+            )  # fmt: skip
+            if ci.overlaps(ci2):
                 row["uncertain"] = True
                 verdict = f"uncertain: {config_name(top)} and {config_name(second)} overlap"
-        slowest = contenders.iloc[-1]
-        row["slowest"] = config_name(slowest)
-        row["speedup_vs_slowest"] = float(slowest["median"]) / float(top["median"]) if top["median"] else math.nan
-        if not baseline.empty:
-            ort = float(baseline["median"].min())
-            row["onnxruntime_median"] = ort
-            row["speedup_vs_onnxruntime"] = ort / float(top["median"]) if top["median"] else math.nan
-        else:
-            row["onnxruntime_median"] = None
-            row["speedup_vs_onnxruntime"] = None
+        last = slowest.loc[key]
+        row["slowest"] = config_name(last)
+        row["speedup_vs_slowest"] = float(last["median"]) / float(top["median"]) if top["median"] else math.nan
+        ort = baseline.get(key)
+        row["onnxruntime_median"] = ort
+        row["speedup_vs_onnxruntime"] = ort / float(top["median"]) if ort is not None and top["median"] else None
         row["verdict"] = verdict
         out.append(row)
     return out
@@ -141,4 +169,4 @@ def best(
     store: ResultStore, filters: q.Filters | None = None, *, confidence: float = 0.95, seed: int = DEFAULT_SEED
 ) -> list[dict[str, Any]]:
     """The ranking of the newest results per (model, board) (or of ``filters.sweep``)."""
-    return rank(candidates(store, filters or q.Filters()), confidence=confidence, seed=seed)
+    return rank(store, candidates(store, filters or q.Filters()), confidence=confidence, seed=seed)

@@ -27,8 +27,9 @@ def filled(store):  # type: ignore[no-untyped-def]
             Result(executor="vm-bytecode", opt_level=0, status="wrong-result", samples=noisy(1.0, seed=5)),
             Result(executor="vm-bytecode", opt_level=3, status="build", error="boom"),
             # an emulated board: different clock, never ranked with real hardware
-            Result(board_key="arm64-emu", target="arm64", executor="vm-compiled", emulated=True,
-                   samples=noisy(0.5, seed=6)),
+            Result(
+                board_key="arm64-emu", target="arm64", executor="vm-compiled", emulated=True, samples=noisy(0.5, seed=6)
+            ),
         ],
         label="new",
         created_at=T0 + timedelta(days=1),
