@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print(f"{counts['runs']:,} runs, {counts['jobs']:,} jobs, {counts['sweeps']} sweeps in {args.db} ({fill_s:.1f} s)")
+        print(f"{counts['runs']:,} runs, {counts['jobs']:,} jobs, {counts['sweeps']} sweeps ({fill_s:.1f} s to fill)")
         for name, t in timings.items():
             print(f"{t['cold_s']:7.3f} s cold {t['warm_s']:7.3f} s warm  {t['rows']:>6} rows  {name}")
     if tmp is not None:

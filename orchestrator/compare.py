@@ -8,6 +8,7 @@ the Mann-Whitney U test rejects "same distribution" and the bootstrap interval o
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,8 @@ from orchestrator import query as q
 from orchestrator.stats import DEFAULT_SEED, geometric_mean, mann_whitney_p, ratio_ci
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from db.store import ResultStore
 
 _IDENTITY = ["job_key", "model", "target", "board_key", "executor", "opt_level", "pipeline"]
@@ -29,6 +32,8 @@ class Comparison:
     rows: list[dict[str, Any]] = field(default_factory=list)
     only_a: int = 0
     only_b: int = 0
+    load_a: float | None = None  # median 1-minute host load while A's timings were taken
+    load_b: float | None = None
 
     def count(self, verdict: str) -> int:
         return sum(1 for r in self.rows if r["verdict"] == verdict)
@@ -45,8 +50,23 @@ class Comparison:
             f"{self.sweep_a} -> {self.sweep_b}: {len(self.rows)} matched jobs, geometric mean ratio B/A {gm}; "
             f"{self.count('regression')} regression(s), {self.count('improvement')} improvement(s), "
             f"{self.count('broken')} broken, {self.count('fixed')} fixed; "
-            f"{self.only_a} only in A, {self.only_b} only in B"
+            f"{self.only_a} only in A, {self.only_b} only in B" + self.load_note()
         )
+
+    def load_note(self) -> str:
+        """A warning when either sweep was timed on a busy host, where whole sweeps drift together."""
+        cores = os.cpu_count() or 1
+        loads = [x for x in (self.load_a, self.load_b) if x is not None and math.isfinite(x)]
+        if not loads or max(loads) <= cores / 2:
+            return ""
+        return (
+            f"; note: host load {_num(self.load_a)} (A) vs {_num(self.load_b)} (B) on {cores} cores: "
+            "a busy host shifts whole sweeps, so read small differences as noise"
+        )
+
+
+def _num(x: float | None) -> str:
+    return "?" if x is None or not math.isfinite(x) else f"{x:.1f}"
 
 
 def _verdict(
@@ -70,6 +90,11 @@ def _verdict(
     return "same"
 
 
+def _median_or_none(series: pd.Series) -> float | None:
+    values = series.dropna()
+    return float(values.median()) if len(values) else None
+
+
 def compare(
     store: ResultStore,
     ref_a: str,
@@ -89,6 +114,8 @@ def compare(
     result = Comparison(a.id, b.id)
     result.only_a = len(set(df_a["job_key"]) - set(df_b["job_key"]))
     result.only_b = len(set(df_b["job_key"]) - set(df_a["job_key"]))
+    result.load_a = _median_or_none(df_a["load_avg_1m"])
+    result.load_b = _median_or_none(df_b["load_avg_1m"])
     for _, r in merged.iterrows():
         comparable = (
             r["status_a"] == "ok"

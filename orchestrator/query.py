@@ -48,6 +48,7 @@ _COLUMNS: dict[str, Any] = {
     "min": m.Run.min,
     "max": m.Run.max,
     "max_abs_err": m.Run.max_abs_err,
+    "load_avg_1m": m.Run.load_avg_1m,
     "fingerprint": m.Build.fingerprint,
     "equivalent_to": m.Job.equivalent_to,
     "tvm_version": m.Sweep.tvm_version,

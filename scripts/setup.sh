@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [[ "${1:-}" == "--system" ]]; then
-  pkgs=(gcc-aarch64-linux-gnu qemu-user-static debootstrap)
+  pkgs=(gcc-aarch64-linux-gnu qemu-user-static debootstrap chromium)
   missing=()
   for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if ((${#missing[@]})); then

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import select
 from typer.testing import CliRunner
 
 from db import models as m
@@ -132,7 +132,7 @@ def test_kernel_profile_shapes_are_normalised() -> None:
 SWEEP = """
 name = "compare-e2e"
 [[models]]
-path = "{models}/tiny_mlp.onnx"
+path = "{models}/tiny_cnn.onnx"
 [axes]
 executor = ["vm-bytecode", "vm-compiled"]
 opt_level = [0, 2]
@@ -140,6 +140,30 @@ opt_level = [0, 2]
 number = 20
 repeat = 10
 """
+
+
+def copy_sweep(store: ResultStore, source_id: str, new_id: str, label: str, inflate: dict[str, float]) -> None:
+    """A copy of a stored sweep under a new id and label, with the samples of some jobs multiplied."""
+    with store._sessions.begin() as s:
+        src = s.get(m.Sweep, source_id)
+        s.add(
+            m.Sweep(**{c.key: getattr(src, c.key) for c in m.Sweep.__table__.columns} | {"id": new_id, "label": label})
+        )
+        s.flush()
+        for job in s.scalars(select(m.Job).where(m.Job.sweep_id == source_id)):
+            skip = {"id", "sweep_id", "final_run_id"}
+            copy = m.Job(**{c.key: getattr(job, c.key) for c in m.Job.__table__.columns if c.key not in skip})
+            copy.sweep_id = new_id
+            s.add(copy)
+            s.flush()
+            run = s.get(m.Run, job.final_run_id)
+            factor = inflate.get(job.job_key, 1.0)
+            fields = {c.key: getattr(run, c.key) for c in m.Run.__table__.columns if c.key not in ("id", "job_id")}
+            fields |= {"samples": [factor * x for x in run.samples], "median": factor * run.median}
+            new_run = m.Run(job_id=copy.id, **fields)
+            s.add(new_run)
+            s.flush()
+            copy.final_run_id = new_run.id
 
 
 @pytest.mark.slow
@@ -158,36 +182,31 @@ def test_real_sweep_twice_compares_clean_and_flags_a_slowed_config(
             outcome = run_sweep(load_spec(path, label=label), store, local_farm.tracker, cache)
             assert dict(outcome.statuses) == {"ok": 4}, store.results()
         db = ["--db", store.url]
-        # Same spec, same board, minutes apart: nothing may be called a regression. The threshold is wide
-        # because this machine is shared with other test runs whose load comes and goes between sweeps.
-        result = compare(store, "a", "b", threshold=0.5)
+        # Same spec, same board, one after the other. On a quiet host the default 5 % threshold holds; this
+        # test machine is shared by several concurrent test runs (seen: host load 8 on 2 cores) whose load
+        # comes and goes between two sweeps and shifts whole sweeps (seen: 1.1-1.2x for tiny_cnn, up to 1.9x
+        # for the microsecond-scale tiny_mlp), so only a change beyond 2x may count here. The ratio, its CI
+        # and the p-value still come from the real samples.
+        result = compare(store, "a", "b", threshold=1.0)
         for r in result.rows:  # shown on failure: what the noise looked like
             print(r["executor"], r["opt_level"], r["median_a"], r["median_b"], r["ratio"], r["ratio_lo"], r["p_value"])
+        print(result.summary())
         assert len(result.rows) == 4 and result.count("regression") == 0, result.rows
-        assert all(r["p_value"] == r["p_value"] for r in result.rows)  # 10 samples a side: a real test ran
+        assert all(r["p_value"] == r["p_value"] and r["ratio_lo"] <= r["ratio"] <= r["ratio_hi"] for r in result.rows)
 
         code, out = _cli("results", "best", "--sweep", "b", "--json", *db)
         (best,) = json.loads(out)
-        assert code == 0 and best["model"] == "tiny_mlp" and best["board_key"] == "host" and best["candidates"] >= 1
+        assert code == 0 and best["model"] == "tiny_cnn" and best["board_key"] == "host" and best["candidates"] >= 1
         assert best["verdict"].endswith(("is fastest", "(the only configuration measured)")) or best["uncertain"]
 
-        # Slow one configuration of B down threefold: exactly that one is flagged, and the CLI exits 1.
-        with store._sessions.begin() as s:
-            victim = s.scalars(
-                select(m.Job).where(
-                    m.Job.sweep_id == result.sweep_b, m.Job.executor == "vm-compiled", m.Job.opt_level == 2
-                )  # fmt: skip
-            ).one()
-            run = s.get(m.Run, victim.final_run_id)
-            s.execute(
-                update(m.Run)
-                .where(m.Run.id == run.id)
-                .values(samples=[3 * x for x in run.samples], median=3 * run.median)
-            )
-            victim_key = victim.job_key
-        flagged = compare(store, "a", "b", threshold=0.5)
-        assert [r["job_key"] for r in flagged.rows if r["verdict"] == "regression"] == [victim_key]
-        code, out = _cli("results", "compare", "a", "b", "--threshold", "0.5", *db)
+        # Sweep "slow": the real results of B with one configuration three times slower. Exactly that one is
+        # flagged, at the default threshold, and the CLI exits 1.
+        victim = row_by(result.rows, executor="vm-compiled", opt_level=2)["job_key"]
+        copy_sweep(store, result.sweep_b, "slowed0000000000", "slow", {victim: 3.0})
+        flagged = compare(store, "b", "slow")
+        assert [r["job_key"] for r in flagged.rows if r["verdict"] != "same"] == [victim]
+        assert row_by(flagged.rows, job_key=victim)["verdict"] == "regression"
+        code, out = _cli("results", "compare", "b", "slow", *db)
         assert code == 1 and "1 regression(s)" in out
     finally:
         store.close()
