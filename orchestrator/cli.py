@@ -398,6 +398,9 @@ def _query_errors():
         fail(str(exc), code=2)
 
 
+TABLE_ROWS = 200
+
+
 def _split(value: str | None) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()] if value else []
 
@@ -427,6 +430,9 @@ def results_query(
     from orchestrator import analysis_views, query
 
     filters = _filters(sweep, model, target, board, executor, opt_level, pipeline, status, since, until)
+    table_only = not (group_by or pivot or as_json or as_csv)
+    if table_only and limit is None:
+        limit = TABLE_ROWS  # a terminal table of a million rows helps nobody; --csv/--json give them all
     with _query_errors():
         df = query.query(_store(db), filters, limit=limit)
         if pivot:
@@ -437,6 +443,8 @@ def results_query(
             df = df[["job_key", "sweep_label", "model", "target", "board", "executor", "opt_level", "pipeline",
                      "status", "unit", "median", "std", "max_abs_err", "emulated"]]  # fmt: skip
     analysis_views.write_frame(console, df, filters.describe(), "json" if as_json else "csv" if as_csv else "table")
+    if table_only and len(df) == limit:
+        console.print(f"showing the first {limit} rows: --limit N shows more, --csv or --json all of them")
 
 
 @results_app.command("best")

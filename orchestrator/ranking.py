@@ -160,6 +160,8 @@ def rank(
         ort = baseline.get(key)
         row["onnxruntime_median"] = ort
         row["speedup_vs_onnxruntime"] = ort / float(top["median"]) if ort is not None and top["median"] else None
+        if ort is not None and ort < row["best_median"]:
+            verdict += f"; the onnxruntime baseline is faster still ({ort:.4g} vs {row['best_median']:.4g} {unit})"
         row["verdict"] = verdict
         out.append(row)
     return out
