@@ -41,7 +41,10 @@ def _clean(samples: Sequence[float] | None) -> np.ndarray:
 
 def _bootstrap_medians(arr: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
     idx = rng.integers(0, arr.size, size=(resamples, arr.size))
-    return np.median(arr[idx], axis=1)
+    # Sorting the small rows and taking the middle is several times faster than np.median(axis=1).
+    rows = np.sort(arr[idx], axis=1)
+    half = arr.size // 2
+    return rows[:, half] if arr.size % 2 else (rows[:, half - 1] + rows[:, half]) / 2
 
 
 def median_ci(
