@@ -315,8 +315,12 @@ def results_show(
 ) -> None:
     """One job: configuration, build facts, pass trace, samples, errors, top kernels; --diff another job."""
     from orchestrator import analysis_views, why
+    from orchestrator.query import resolve_sweep
 
     store = _store(db)
+    with _query_errors():  # a sweep may be named by label too
+        sweep = resolve_sweep(store, sweep).id if sweep else None
+        diff_sweep = resolve_sweep(store, diff_sweep).id if diff_sweep else None
     detail = store.job_detail(job, sweep)
     if detail is None:
         fail(f"no job with key starting {job!r}; `tvmbench results list` shows the keys")
