@@ -103,6 +103,9 @@ class Job(Base):
         UniqueConstraint("sweep_id", "job_key", name="uq_jobs_sweep_key"),
         Index("ix_jobs_model_target", "model_name", "target_name"),
         Index("ix_jobs_status", "status"),
+        # analysis queries (migration 0003)
+        Index("ix_jobs_rank", "status", "model_name", "board_key", "sweep_id"),
+        Index("ix_jobs_finished_at", "finished_at"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

@@ -1,0 +1,247 @@
+"""`tvmbench report`: one self-contained HTML page per sweep, plots embedded as base64 PNG.
+
+Plots are drawn with matplotlib's Agg backend (no display needed). Each latency plot is one (model,
+board key, unit, emulated) group, so emulated and real timings never share an axis.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator import query as q
+from orchestrator import ranking, regressions
+from orchestrator.stats import median_ci
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from db.store import ResultStore
+
+# Written into the page so a headless browser (and a reader) can see that every plot decoded.
+_RENDER_CHECK = """<script>
+window.addEventListener('load', function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
+  var el = document.getElementById('render-check');
+  el.setAttribute('data-images', String(imgs.length));
+  el.setAttribute('data-rendered', String(ok));
+  el.textContent = ok + ' of ' + imgs.length + ' plot(s) rendered';
+});
+</script>"""
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:90%}th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}
+th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.uncertain{color:#a60}.bad{color:#b00}.good{color:#070}img{max-width:100%;border:1px solid #eee;margin:.5em 0}
+.muted{color:#777}"""
+
+
+@dataclass
+class Written:
+    html: Path
+    plots: int
+    pngs: list[Path] = field(default_factory=list)
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def _slug(*parts: Any) -> str:
+    text = "-".join(str(p) for p in parts)
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+
+
+def latency_figure(group: pd.DataFrame, model: str, board_key: str, unit: str, emulated: bool) -> Figure:
+    """Grouped bars: executor on x, one bar per opt_level/pipeline, median with its 95% bootstrap CI."""
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    group = group.sort_values(["executor", "opt_level", "pipeline"])
+    executors = list(dict.fromkeys(group["executor"]))
+    variants = list(dict.fromkeys(zip(group["opt_level"], group["pipeline"], strict=True)))
+    multi_pipeline = len({p for _, p in variants}) > 1
+    fig = Figure(figsize=(max(6.0, 1.6 * len(executors) * max(1, len(variants)) ** 0.5 + 3), 4.2))
+    ax = fig.add_subplot()
+    width = 0.8 / max(1, len(variants))
+    x = np.arange(len(executors))
+    for i, (opt, pipe) in enumerate(variants):
+        heights, lo_err, hi_err, xs = [], [], [], []
+        for j, ex in enumerate(executors):
+            sel = group[(group["executor"] == ex) & (group["opt_level"] == opt) & (group["pipeline"] == pipe)]
+            if sel.empty:
+                continue
+            row = sel.iloc[0]
+            ci = median_ci(row["samples"])
+            med = float(row["median"])
+            xs.append(x[j] + (i - (len(variants) - 1) / 2) * width)
+            heights.append(med)
+            lo_err.append(max(0.0, med - ci.lo) if ci.lo == ci.lo else 0.0)
+            hi_err.append(max(0.0, ci.hi - med) if ci.hi == ci.hi else 0.0)
+        label = f"opt_level {opt}" + (f", {pipe}" if multi_pipeline else "")
+        ax.bar(xs, heights, width, yerr=[lo_err, hi_err], capsize=4, label=label)
+    ax.set_xticks(x, executors)
+    ax.set_xlabel("executor\n(bars: median of the samples; whiskers: 95% bootstrap confidence interval)")
+    ax.set_ylabel(f"median latency ({unit})" + (" — emulated" if emulated else ""))
+    title = f"{model} on {board_key}" + ("\nemulated board: emulator time, not hardware time" if emulated else "")
+    ax.set_title(title)
+    ax.legend(title="build", fontsize="small")
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_ylim(bottom=0)
+    return fig
+
+
+def failures_figure(statuses: Counter) -> Figure:
+    """Horizontal bars: jobs per failure kind."""
+    from matplotlib.figure import Figure
+
+    kinds = sorted(statuses, key=lambda k: (-statuses[k], k))
+    fig = Figure(figsize=(6.5, 0.5 * len(kinds) + 1.5))
+    ax = fig.add_subplot()
+    ax.barh(kinds, [statuses[k] for k in kinds], color="#c44")
+    ax.invert_yaxis()
+    ax.set_xlabel("jobs")
+    ax.set_ylabel("failure kind")
+    ax.set_title("failed jobs by kind")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    return fig
+
+
+def _table(rows: list[dict[str, Any]], columns: list[tuple[str, str]], row_class: Any = None) -> str:
+    if not rows:
+        return "<p class='muted'>none</p>"
+    head = "".join(f"<th>{html.escape(title)}</th>" for _, title in columns)
+    body = []
+    for r in rows:
+        cls = row_class(r) if row_class else ""
+        cells = []
+        for key, _ in columns:
+            v = r.get(key)
+            if isinstance(v, float):
+                cells.append(f"<td class='num'>{'-' if v != v else f'{v:.4g}'}</td>")
+            else:
+                cells.append(f"<td>{html.escape('-' if v is None else str(v))}</td>")
+        body.append(f"<tr class='{cls}'>{''.join(cells)}</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def write_report(store: ResultStore, sweep_ref: str, out: Path, *, png_dir: Path | None = None) -> Written:
+    """Write the report of sweep ``sweep_ref`` to ``out`` (and each plot to ``png_dir`` if given)."""
+    sweep = q.resolve_sweep(store, sweep_ref)
+    df = q.query(store, q.Filters(sweep=sweep.id), with_samples=True)
+    ok = df[(df["status"] == "ok") & df["median"].notna()]
+    plots: list[tuple[str, str, bytes]] = []  # (file stem, caption, png)
+    for (model, board_key, unit, emulated), group in ok.groupby(ranking.RANK_KEYS, sort=True):
+        fig = latency_figure(group, model, board_key, unit, bool(emulated))
+        caption = f"Latency of {model} on {board_key} ({unit}{', emulated' if emulated else ''})"
+        plots.append((_slug("latency", model, board_key, unit, "emu" if emulated else "hw"), caption, _png(fig)))
+    failed = Counter(s for s in df["status"] if s not in ("ok", "pending", "pending-device"))
+    if failed:
+        plots.append(("failures", "Failed jobs by kind", _png(failures_figure(failed))))
+
+    ranked = ranking.best(store, q.Filters(sweep=sweep.id))
+    slow = regressions.find(store, q.Filters(sweep=sweep.id))
+    failures = [
+        {**r, "job_key": r["job_key"][:12], "error": r["error"].splitlines()[0][:300] if r["error"] else ""}
+        for r in df[~df["status"].isin(["ok", "pending", "pending-device"])].to_dict("records")
+    ]
+    written = Written(out, len(plots))
+    if png_dir is not None:
+        png_dir.mkdir(parents=True, exist_ok=True)
+        for stem, _, data in plots:
+            path = png_dir / f"{stem}.png"
+            path.write_bytes(data)
+            written.pngs.append(path)
+
+    counts = Counter(df["status"])
+    status_line = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    figures = "".join(
+        f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{base64.b64encode(data).decode()}'>"
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+        for _, caption, data in plots
+    )
+    ranking_html = _table(
+        ranked,
+        [
+            ("model", "model"),
+            ("board_key", "board"),
+            ("unit", "unit"),
+            ("verdict", "verdict"),
+            ("best_median", "best median"),
+            ("best_lo", "CI low"),
+            ("best_hi", "CI high"),
+            ("runner_up", "runner-up"),
+            ("runner_up_median", "runner-up median"),
+            ("speedup_vs_slowest", "× vs slowest"),
+            ("speedup_vs_onnxruntime", "× vs onnxruntime"),
+        ],
+        lambda r: "uncertain" if r["uncertain"] else "",
+    )
+    regressions_html = _table(
+        slow,
+        [
+            ("model", "model"),
+            ("board_key", "board"),
+            ("executor", "executor"),
+            ("opt_level", "opt_level"),
+            ("pipeline", "pipeline"),
+            ("latest", "latest"),
+            ("baseline", "baseline"),
+            ("ratio", "ratio"),
+            ("score", "z"),
+            ("history", "history"),
+            ("baseline_tvm_version", "baseline TVM"),
+            ("tvm_version", "TVM"),
+        ],
+        lambda r: "bad",
+    )
+    failures_html = _table(
+        failures,
+        [
+            ("job_key", "job"),
+            ("model", "model"),
+            ("target", "target"),
+            ("executor", "executor"),
+            ("opt_level", "opt_level"),
+            ("status", "kind"),
+            ("error", "error"),
+        ],
+    )
+    title = f"tvmbench report: sweep {sweep.name} {sweep.label}".strip()
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_CSS}</style></head>
+<body>
+<h1>{html.escape(title)}</h1>
+<p>sweep <code>{html.escape(sweep.id)}</code> · created {sweep.created_at:%Y-%m-%d %H:%M} UTC ·
+TVM {html.escape(sweep.tvm_version)} · host {html.escape(sweep.host)} · {len(df)} jobs ({html.escape(status_line)})</p>
+<p id="render-check" class="muted">plots not checked (needs JavaScript)</p>
+<h2>Latency by executor and opt_level</h2>
+<p class="muted">Only jobs whose outputs matched ONNX Runtime are plotted. Times are per inference.</p>
+{figures or "<p class='muted'>no successful measurements</p>"}
+<h2>Ranking</h2>
+<p class="muted">Fastest correct configuration per model and board, medians with 95% bootstrap confidence intervals;
+"uncertain" when the intervals of the top two overlap.</p>
+{ranking_html}
+<h2>Regressions against history</h2>
+<p class="muted">Results of this sweep slower than earlier results of the same configuration beyond noise
+(lookback z-score).</p>
+{regressions_html}
+<h2>Failures</h2>
+{failures_html}
+<p class="muted">generated {datetime.now(UTC):%Y-%m-%d %H:%M} UTC by tvmbench</p>
+{_RENDER_CHECK}
+</body></html>
+"""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    return written

@@ -1,0 +1,243 @@
+"""Filtered, grouped and pivoted views of the results database as pandas DataFrames.
+
+All analytics SQL lives here (the store keeps the writes): one flat row per job, its final run's figures
+joined in. Filters become bound parameters of SQLAlchemy expressions, never text pasted into SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Select, select
+
+from db import models as m
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from db.store import ResultStore
+
+
+class QueryError(ValueError):
+    """Bad input to a query (unknown sweep, column or value); the message names the culprit."""
+
+
+# Output columns, in order, and the SQL expression of each. The CLI prints exactly these.
+_COLUMNS: dict[str, Any] = {
+    "sweep_id": m.Job.sweep_id,
+    "sweep_label": m.Sweep.label,
+    "sweep_created_at": m.Sweep.created_at,
+    "job_key": m.Job.job_key,
+    "model": m.Job.model_name,
+    "model_sha256": m.Job.model_sha256,
+    "target": m.Job.target_name,
+    "board_key": m.Job.board_key,
+    "board": m.Run.board_id,
+    "executor": m.Job.executor,
+    "opt_level": m.Job.opt_level,
+    "pipeline": m.Job.pipeline,
+    "status": m.Job.status,
+    "unit": m.Run.unit,
+    "emulated": m.Run.emulated,
+    "median": m.Run.median,
+    "mean": m.Run.mean,
+    "std": m.Run.std,
+    "min": m.Run.min,
+    "max": m.Run.max,
+    "max_abs_err": m.Run.max_abs_err,
+    "load_avg_1m": m.Run.load_avg_1m,
+    "fingerprint": m.Build.fingerprint,
+    "equivalent_to": m.Job.equivalent_to,
+    "tvm_version": m.Sweep.tvm_version,
+    "host": m.Sweep.host,
+    "finished_at": m.Job.finished_at,
+    "error": m.Job.error,
+}
+COLUMNS: tuple[str, ...] = tuple(_COLUMNS)
+#: Columns a query can be grouped or pivoted by.
+DIMENSIONS: tuple[str, ...] = (
+    "sweep_id",
+    "sweep_label",
+    "model",
+    "target",
+    "board_key",
+    "board",
+    "executor",
+    "opt_level",
+    "pipeline",
+    "status",
+    "unit",
+    "emulated",
+    "tvm_version",
+)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What to select. ``None`` means any; ``sweep`` is a sweep id, id prefix or label (resolved first)."""
+
+    sweep: str | None = None
+    model: str | None = None
+    target: str | None = None
+    board: str | None = None  # a board key ("host") or a board id prefix ("host@127.0.0.1:9091")
+    executor: str | None = None
+    opt_level: int | None = None
+    pipeline: str | None = None
+    status: str | None = None
+    since: datetime | None = None  # job finished at or after
+    until: datetime | None = None  # job finished before
+
+    def describe(self) -> str:
+        """The filters that are set, as "name=value" words, for titles."""
+        parts = [f"{f.name}={getattr(self, f.name)}" for f in fields(self) if getattr(self, f.name) is not None]
+        return " ".join(parts) or "all results"
+
+
+def resolve_sweep(store: ResultStore, ref: str) -> m.Sweep:
+    """The one sweep ``ref`` names: exact id, unique id prefix, or label/name (newest wins)."""
+    with store._sessions() as s:
+        exact = s.get(m.Sweep, ref)
+        if exact is not None:
+            return exact
+        by_prefix = list(s.scalars(select(m.Sweep).where(m.Sweep.id.startswith(ref, autoescape=True)).limit(2)))
+        if len(by_prefix) == 1:
+            return by_prefix[0]
+        if len(by_prefix) > 1:
+            raise QueryError(f"sweep {ref!r} is ambiguous: several sweep ids start with it; give more characters")
+        named = s.scalars(
+            select(m.Sweep)
+            .where((m.Sweep.label == ref) | (m.Sweep.name == ref))
+            .order_by(m.Sweep.created_at.desc())
+            .limit(1)
+        ).first()
+        if named is not None:
+            return named
+    raise QueryError(f"no sweep {ref!r} (id, id prefix, label or name); `tvmbench results sweeps` lists them")
+
+
+def base_select(columns: Sequence[str] = COLUMNS, *, with_samples: bool = False) -> Select:
+    """SELECT the named columns of every job with its final run, build and sweep joined in."""
+    unknown = [c for c in columns if c not in _COLUMNS]
+    if unknown:
+        raise QueryError(f"unknown column(s) {', '.join(unknown)}; known: {', '.join(COLUMNS)}")
+    exprs = [_COLUMNS[c].label(c) for c in columns]
+    if with_samples:
+        exprs.append(m.Run.samples.label("samples"))
+    return (
+        select(*exprs)
+        .select_from(m.Job)
+        .join(m.Sweep, m.Sweep.id == m.Job.sweep_id)
+        .outerjoin(m.Run, m.Run.id == m.Job.final_run_id)
+        .outerjoin(m.Build, m.Build.build_key == m.Job.build_key)
+    )
+
+
+def apply_filters(stmt: Select, filters: Filters, sweep_id: str | None = None) -> Select:
+    """Add WHERE clauses for the filters; ``sweep_id`` is the already-resolved ``filters.sweep``."""
+    if sweep_id is not None:
+        stmt = stmt.where(m.Job.sweep_id == sweep_id)
+    if filters.model is not None:
+        stmt = stmt.where(m.Job.model_name == filters.model)
+    if filters.target is not None:
+        stmt = stmt.where(m.Job.target_name == filters.target)
+    if filters.board is not None:
+        stmt = stmt.where(
+            (m.Job.board_key == filters.board) | m.Run.board_id.startswith(filters.board, autoescape=True)
+        )
+    if filters.executor is not None:
+        stmt = stmt.where(m.Job.executor == filters.executor)
+    if filters.opt_level is not None:
+        stmt = stmt.where(m.Job.opt_level == filters.opt_level)
+    if filters.pipeline is not None:
+        stmt = stmt.where(m.Job.pipeline == filters.pipeline)
+    if filters.status is not None:
+        stmt = stmt.where(m.Job.status == filters.status)
+    if filters.since is not None:
+        stmt = stmt.where(m.Job.finished_at >= filters.since)
+    if filters.until is not None:
+        stmt = stmt.where(m.Job.finished_at < filters.until)
+    return stmt
+
+
+def filtered_select(
+    store: ResultStore, filters: Filters, columns: Sequence[str] = COLUMNS, *, with_samples: bool = False
+) -> Select:
+    """base_select + apply_filters, with the sweep reference resolved against the store."""
+    sweep_id = resolve_sweep(store, filters.sweep).id if filters.sweep else None
+    return apply_filters(base_select(columns, with_samples=with_samples), filters, sweep_id)
+
+
+def frame(store: ResultStore, stmt: Select) -> pd.DataFrame:
+    """Execute ``stmt`` in one round trip and return its rows as a DataFrame (columns = labels)."""
+    import pandas as pd
+
+    with store.engine.connect() as conn:
+        result = conn.execute(stmt)
+        keys = list(result.keys())
+        rows = result.all()
+    df = pd.DataFrame.from_records(rows, columns=keys)
+    if "emulated" in df:
+        df["emulated"] = df["emulated"].fillna(False).astype(bool)
+    if "unit" in df:
+        df["unit"] = df["unit"].fillna("ms")
+    return df
+
+
+def query(
+    store: ResultStore,
+    filters: Filters | None = None,
+    *,
+    columns: Sequence[str] = COLUMNS,
+    with_samples: bool = False,
+    limit: int | None = None,
+) -> pd.DataFrame:
+    """One row per job matching ``filters`` (newest sweep first), with the columns the CLI prints."""
+    stmt = filtered_select(store, filters or Filters(), columns, with_samples=with_samples)
+    stmt = stmt.order_by(m.Sweep.created_at.desc(), m.Job.id)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    return frame(store, stmt)
+
+
+def _check_dimensions(names: Sequence[str], what: str) -> None:
+    bad = [n for n in names if n not in DIMENSIONS]
+    if bad:
+        raise QueryError(f"cannot {what} by {', '.join(bad)}; choose from {', '.join(DIMENSIONS)}")
+
+
+def group(df: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """Per group: jobs, ok jobs, and the median / fastest / slowest of the ok jobs' medians."""
+    import pandas as pd
+
+    _check_dimensions(by, "group")
+    if df.empty:
+        return pd.DataFrame(columns=[*by, "jobs", "ok", "median", "fastest", "slowest"])
+    ok = df["status"] == "ok"
+    work = df.assign(_ok=ok, _ok_median=df["median"].where(ok))
+    out = (
+        work.groupby(list(by), dropna=False)
+        .agg(
+            jobs=("job_key", "size"),
+            ok=("_ok", "sum"),
+            median=("_ok_median", "median"),
+            fastest=("_ok_median", "min"),
+            slowest=("_ok_median", "max"),
+        )
+        .reset_index()
+    )
+    out["ok"] = out["ok"].astype(int)
+    return out
+
+
+def pivot(df: pd.DataFrame, rows: Sequence[str], columns: str, value: str = "median") -> pd.DataFrame:
+    """A table of the median of ``value`` over ok jobs: ``rows`` down, each value of ``columns`` across."""
+    _check_dimensions([*rows, columns], "pivot")
+    if not rows:
+        raise QueryError("--pivot needs --group-by for the rows (e.g. --group-by model --pivot executor)")
+    ok = df[df["status"] == "ok"]
+    table = ok.pivot_table(index=list(rows), columns=columns, values=value, aggfunc="median")
+    table.columns = [f"{columns}={c}" for c in table.columns]
+    return table.reset_index()
