@@ -3,8 +3,6 @@
 Revision ID: 0004
 Revises: 0003
 Create Date: 2026-11-29 16:20:00
-
-Rechain down_revision onto the newest revision when merging (another branch adds 0002).
 """
 
 from __future__ import annotations
