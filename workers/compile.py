@@ -44,6 +44,21 @@ def make_target(tvm_target: dict[str, Any]):
     return Target(dict(tvm_target))
 
 
+def pass_trace_instrument() -> Any:
+    """A PassContext instrument whose ``names`` lists every pass that actually ran, in order."""
+    import tvm
+
+    @tvm.instrument.pass_instrument
+    class PassTrace:
+        def __init__(self) -> None:
+            self.names: list[str] = []
+
+        def run_before_pass(self, _mod: Any, info: Any) -> None:
+            self.names.append(info.name)
+
+    return PassTrace()
+
+
 def _pipeline(name: str, target):
     from tvm import relax
 
@@ -100,15 +115,7 @@ def build_job(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
     except Exception as exc:
         return Build(status="model", error=f"ONNX import failed: {one_line(exc)}", **common), None
 
-    @tvm.instrument.pass_instrument
-    class PassTrace:
-        def __init__(self) -> None:
-            self.names: list[str] = []
-
-        def run_before_pass(self, _mod, info) -> None:
-            self.names.append(info.name)
-
-    trace = PassTrace()
+    trace = pass_trace_instrument()
     started = time.perf_counter()
     try:
         target = make_target(job.target.tvm_target)

@@ -29,10 +29,9 @@ UNIT = "instructions"
 def build_aot_job(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
     """Compile one aot-c job; never raises for a bad model, an unsupported operator or a size that does
     not fit: those come back as a Build with status "model" or "build" and a one-line reason."""
-    import tvm
     import tvm_ffi
 
-    from workers.compile import one_line, tvm_versions
+    from workers.compile import one_line, pass_trace_instrument, tvm_versions
 
     tvm_version, ffi_version = tvm_versions()
     common: dict[str, Any] = {
@@ -55,15 +54,7 @@ def build_aot_job(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
     except Exception as exc:
         return Build(status="model", error=f"ONNX import failed: {one_line(exc)}", **common), None
 
-    @tvm.instrument.pass_instrument
-    class PassTrace:
-        def __init__(self) -> None:
-            self.names: list[str] = []
-
-        def run_before_pass(self, _mod, info) -> None:
-            self.names.append(info.name)
-
-    trace = PassTrace()
+    trace = pass_trace_instrument()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tvmbench-aot-") as tmp:
         try:
