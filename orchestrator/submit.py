@@ -12,6 +12,7 @@ same sweep is submitted again after it ended); the sweep id is also in the job's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
 import shutil
@@ -232,13 +233,26 @@ def sweep_logs(sweep_ref: str, *, ray_address: str, follow: bool = False, write:
     asyncio.run(tail())
 
 
-def cancel_sweep(sweep_ref: str, *, ray_address: str, store: Any | None) -> dict[str, Any]:
+def cancel_sweep(
+    sweep_ref: str, *, ray_address: str, store: Any | None, stop_timeout_s: float = 60.0
+) -> dict[str, Any]:
     """Stop the sweep's Ray job; mark the sweep cancelled in the database (its unfinished jobs stay
     pending, so `sweep resume` or a new submission finishes them)."""
+    from orchestrator.farm import FarmError, wait_until
+
     client = _client(ray_address)
     job = _submission_or_fail(client, sweep_ref)
     stopped = client.stop_job(job.submission_id)  # False when the job had already ended
     sweep_id = (job.metadata or {}).get(METADATA_KEY, sweep_ref)
+    if stopped:
+        # The driver marks its sweep "incomplete" as it exits: wait for that before saying "cancelled".
+        with contextlib.suppress(FarmError):
+            wait_until(
+                lambda: getattr(client.get_job_status(job.submission_id), "value", "") not in ACTIVE_STATES,
+                stop_timeout_s,
+                f"Ray job {job.submission_id} to stop",
+                interval_s=0.5,
+            )
     sweep = store.get_sweep(sweep_id) if store is not None else None
     if stopped and sweep is not None:
         store.finish_sweep(sweep.id, "cancelled")

@@ -18,6 +18,7 @@ Two things this machine needs that a real cluster does not:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -83,10 +84,8 @@ def _stop_group(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             continue
     # The leader may be gone while children of its group linger: clear the group.
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -113,22 +112,24 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
 
     def start(cmd: list[str], log: str) -> None:
         with open(logs / log, "wb") as out:
-            procs.append(
-                subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-            )
+            procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
 
     cluster = RayCluster(f"http://127.0.0.1:{dash}", f"127.0.0.1:{port}", auth, token, procs)
     try:
         start(
-            [str(VENV_BIN / "ray"), "start", "--head", "--port", str(port), *common, "--resources", '{"node_a": 1}']
-            + ["--include-dashboard", "true", "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash)]
-            + ["--temp-dir", str(root / "head")],
+            [
+                *(str(VENV_BIN / "ray"), "start", "--head", "--port", str(port), *common),
+                *("--resources", '{"node_a": 1}', "--include-dashboard", "true", "--dashboard-host", "127.0.0.1"),
+                *("--dashboard-port", str(dash), "--temp-dir", str(root / "head")),
+            ],
             "head.log",
         )
         wait_until(lambda: len(cluster.nodes()) == 1, 120, "the Ray head node")
         start(
-            [str(VENV_BIN / "python"), "-c", WORKER_LAUNCHER, "start", "--address", cluster.gcs, *common]
-            + ["--resources", '{"node_b": 1}', "--temp-dir", str(root / "worker")],
+            [
+                *(str(VENV_BIN / "python"), "-c", WORKER_LAUNCHER, "start", "--address", cluster.gcs, *common),
+                *("--resources", '{"node_b": 1}', "--temp-dir", str(root / "worker")),
+            ],
             "worker.log",
         )
         wait_until(lambda: len(cluster.nodes()) == 2, 120, f"the second Ray node (logs: {logs})")
@@ -177,8 +178,10 @@ repeat = 2
 
     started = time.monotonic()
     submitted = _cli(
-        ["sweep", "submit", str(sweep), *ray_opts, "--tracker", local_farm.tracker, "--farm-resource", "node_a"]
-        + ["--json"],
+        [
+            *("sweep", "submit", str(sweep), *ray_opts),
+            *("--tracker", local_farm.tracker, "--farm-resource", "node_a", "--json"),
+        ],
         client_env,
     )
     submit_s = time.monotonic() - started
@@ -222,11 +225,60 @@ repeat = 2
     progress = json.loads(final.stdout)
     assert (progress["final"], progress["ok"], progress["jobs"]) == (4, 4, 4), progress
     wait_until(
-        lambda: json.loads(_cli(["sweep", "status", sweep_id, *ray_opts, "--json"], client_env).stdout)["ray_status"]
-        == "SUCCEEDED",
+        lambda: (
+            json.loads(_cli(["sweep", "status", sweep_id, *ray_opts, "--json"], client_env).stdout)["ray_status"]
+            == "SUCCEEDED"
+        ),
         60,
         "the Ray job to report SUCCEEDED",
         interval_s=1.0,
     )
     logs = _cli(["sweep", "logs", sweep_id, "--ray-address", ray_cluster.dashboard], client_env)
     assert logs.returncode == 0 and sweep_id in logs.stdout, logs.stdout[-2000:]
+
+
+def test_cancel_and_resubmit(ray_cluster: RayCluster, local_farm: LocalFarm, pg_url: str, tmp_path: Path) -> None:
+    onnx.save(model_zoo.tiny_cnn(), tmp_path / "cnn.onnx")
+    sweep = write_sweep(
+        tmp_path,
+        '[[models]]\npath = "cnn.onnx"\n[axes]\nexecutor = ["vm-bytecode", "vm-compiled"]\nopt_level = [0, 1, 2]\n',
+    )
+    client_env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "TVMBENCH_"))},
+        **ray_cluster.env,
+        "TVMBENCH_HOME": str(tmp_path / "client-home"),
+    }
+    ray_opts = ["--ray-address", ray_cluster.dashboard, "--db", pg_url]
+    submit = ["sweep", "submit", str(sweep), *ray_opts, "--tracker", local_farm.tracker, "--json"]
+    first = _cli(submit, client_env)
+    assert first.returncode == 0, first.stderr
+    sweep_id = json.loads(first.stdout)["sweep_id"]
+    again = json.loads(_cli(submit, client_env).stdout)
+    assert again["already_running"] or again["submission_id"] != f"tvmbench-{sweep_id}", again
+
+    store = ResultStore(pg_url)
+    try:
+        wait_until(lambda: store.get_sweep(sweep_id), 120, "the submitted sweep to begin in the database")
+        cancelled = _cli(["sweep", "cancel", sweep_id, *ray_opts, "--json"], client_env)
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert json.loads(cancelled.stdout)["stopped"] is True
+        wait_until(
+            lambda: (
+                json.loads(_cli(["sweep", "status", sweep_id, *ray_opts, "--json"], client_env).stdout)["ray_status"]
+                == "STOPPED"
+            ),
+            60,
+            "the Ray job to stop",
+            interval_s=1.0,
+        )
+        assert store.get_sweep(sweep_id).status == "cancelled"
+        assert any(s == "pending" for s in store.job_statuses(sweep_id).values()), "cancelled before any job ended"
+    finally:
+        store.close()
+
+    # Submitting the same sweep after it ended starts a second Ray job for it, which finishes the rest.
+    second = _cli(submit, client_env)
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout)["submission_id"] == f"tvmbench-{sweep_id}-2"
+    stop = _cli(["sweep", "cancel", sweep_id, *ray_opts, "--json"], client_env)
+    assert json.loads(stop.stdout)["submission_id"] == f"tvmbench-{sweep_id}-2"
