@@ -240,3 +240,18 @@ def test_concurrent_writers_make_one_sweep(db_url: str) -> None:
         assert None not in finals and len(set(finals)) == 4
     finally:
         store.close()
+
+
+def test_db_upgrade_command(db_url: str) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    result = CliRunner().invoke(app, ["db", "upgrade", "--db", db_url])
+    assert result.exit_code == 0, result.output
+    assert "newest schema" in result.output
+    store = ResultStore(db_url, migrate=False)
+    try:
+        assert count(store, m.Sweep) == 0, "the migrated schema has the sweeps table"
+    finally:
+        store.close()

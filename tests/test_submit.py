@@ -123,3 +123,16 @@ def test_farm_resource_must_exist(ray_local: None) -> None:
     with pytest.raises(ValueError, match="no Ray node offers the resource 'lab_net'"):
         check_farm_resource("lab_net")
     check_farm_resource("CPU")  # every node offers CPU
+
+
+def test_cluster_config_matches_rays_schema() -> None:
+    import json
+
+    import jsonschema
+    import ray
+    import yaml
+
+    schema = json.loads((Path(ray.__file__).parent / "autoscaler" / "ray-schema.json").read_text())
+    config = yaml.safe_load((Path(__file__).parents[1] / "infra" / "ray" / "cluster.yaml").read_text())
+    jsonschema.validate(config, schema)
+    assert config["file_mounts"], "the auth token must reach every node"
