@@ -71,6 +71,16 @@ class RayCluster:
             data = json.load(resp)
         return [n for n in data["data"]["result"]["result"] if n["state"] == "ALIVE"]
 
+    def finished_tasks(self, name: str) -> list[dict]:
+        """Finished Ray tasks named ``name`` (the state API keeps them after the job ends)."""
+        query = f"limit=10000&filter_keys=name&filter_predicates=%3D&filter_values={name}"
+        req = urllib.request.Request(
+            f"{self.dashboard}/api/v0/tasks?{query}", headers={"Authorization": f"Bearer {self.token}"}
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            data = json.load(resp)
+        return [t for t in data["data"]["result"]["result"] if t["state"] == "FINISHED"]
+
 
 def _stop_group(proc: subprocess.Popen) -> None:
     """Stop one node: SIGTERM to its process group (raylet, GCS, workers), SIGKILL what is left."""
@@ -218,8 +228,15 @@ repeat = 2
     nodes = {n["node_id"]: n for n in ray_cluster.nodes()}
     build_nodes = {h.rsplit("/", 1)[-1] for h in hosts}
     assert build_nodes <= set(nodes), f"builds on unknown nodes: {hosts}"
-    names = {next(r for r in ("node_a", "node_b") if r in nodes[n]["resources_total"]) for n in build_nodes}
+
+    def node_name(node_id: str) -> str:
+        return next(r for r in ("node_a", "node_b") if r in nodes[node_id]["resources_total"])
+
+    names = {node_name(n) for n in build_nodes}
     assert names == {"node_a", "node_b"}, f"builds ran on {names} only: {hosts}"
+    # --farm-resource node_a: every measurement ran on node_a (task records from Ray's state API).
+    measured_on = {node_name(t["node_id"]) for t in ray_cluster.finished_tasks("measure_job")}
+    assert measured_on == {"node_a"}, f"measurements ran on {measured_on}"
 
     final = _cli(["sweep", "status", sweep_id, *ray_opts, "--json"], client_env)
     progress = json.loads(final.stdout)
@@ -235,6 +252,9 @@ repeat = 2
     )
     logs = _cli(["sweep", "logs", sweep_id, "--ray-address", ray_cluster.dashboard], client_env)
     assert logs.returncode == 0 and sweep_id in logs.stdout, logs.stdout[-2000:]
+    # --follow streams until the job ends; this one has ended, so it prints the log and returns.
+    followed = _cli(["sweep", "logs", sweep_id, "--follow", "--ray-address", ray_cluster.dashboard], client_env)
+    assert followed.returncode == 0 and sweep_id in followed.stdout, followed.stderr[-2000:]
 
 
 def test_cancel_and_resubmit(ray_cluster: RayCluster, local_farm: LocalFarm, pg_url: str, tmp_path: Path) -> None:
