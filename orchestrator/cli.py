@@ -380,7 +380,7 @@ def sweep_logs_cmd(
 
 @sweep_app.command("cancel")
 def sweep_cancel(sweep_id: str, ray_address: ClusterOpt, db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """Stop a submitted sweep. Finished jobs keep their rows; the rest stay pending for `sweep resume`."""
+    """Stop a submitted sweep. Finished jobs keep their rows; the rest stay pending: submit again to finish them."""
     from orchestrator.submit import cancel_sweep
 
     store = _store(db) if db else None

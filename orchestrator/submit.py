@@ -237,7 +237,7 @@ def cancel_sweep(
     sweep_ref: str, *, ray_address: str, store: Any | None, stop_timeout_s: float = 60.0
 ) -> dict[str, Any]:
     """Stop the sweep's Ray job; mark the sweep cancelled in the database (its unfinished jobs stay
-    pending, so `sweep resume` or a new submission finishes them)."""
+    pending, so submitting the same sweep again finishes them)."""
     from orchestrator.farm import FarmError, wait_until
 
     client = _client(ray_address)
