@@ -17,6 +17,7 @@ import os
 import shlex
 import shutil
 import tempfile
+import time
 import tomllib
 from collections import Counter
 from collections.abc import Callable
@@ -164,14 +165,32 @@ def submit_sweep(
     submission_id = SUBMISSION_PREFIX + spec.sweep_id + (f"-{len(previous) + 1}" if previous else "")
     with tempfile.TemporaryDirectory(prefix="tvmbench-submit-") as staging:
         sweep_path = stage_sweep(sweep_file, Path(staging))
-        client.submit_job(
-            entrypoint=entrypoint(sweep_path, tracker=tracker, label=label, farm_resource=farm_resource, boards=boards),
-            submission_id=submission_id,
+        command = entrypoint(sweep_path, tracker=tracker, label=label, farm_resource=farm_resource, boards=boards)
+        job = {
+            "entrypoint": command,
+            "submission_id": submission_id,
             # The database URL travels in the environment, not on the command line that `ps` shows.
-            runtime_env={"working_dir": staging, "env_vars": {"TVMBENCH_DB": db_url, **(env or {})}},
-            metadata={METADATA_KEY: spec.sweep_id, "name": spec.name, "label": spec.label},
-        )
+            "runtime_env": {"working_dir": staging, "env_vars": {"TVMBENCH_DB": db_url, **(env or {})}},
+            "metadata": {METADATA_KEY: spec.sweep_id, "name": spec.name, "label": spec.label},
+        }
+        _submit_with_retry(client, job, ray_address)
     return Submitted(spec.sweep_id, submission_id, already_running=False)
+
+
+def _submit_with_retry(client: Any, job: dict[str, Any], ray_address: str, agent_wait_s: float = 30.0) -> None:
+    """submit_job, waiting out a cluster that has just started (its job agent not registered yet)."""
+    deadline = time.monotonic() + agent_wait_s
+    while True:
+        try:
+            client.submit_job(**job)
+            return
+        except Exception as exc:
+            # Ray's job server answers 500 "No available agent to submit job" until the head's
+            # dashboard agent has registered, a few seconds after `ray start`.
+            if "No available agent" in str(exc) and time.monotonic() < deadline:
+                time.sleep(1.0)
+                continue
+            raise SubmitError(f"the Ray cluster at {ray_address} refused the job: {_first_line(exc)}") from None
 
 
 def sweep_status(sweep_ref: str, *, store: Any | None, ray_address: str | None) -> dict[str, Any]:

@@ -71,6 +71,17 @@ class RayCluster:
             data = json.load(resp)
         return [n for n in data["data"]["result"]["result"] if n["state"] == "ALIVE"]
 
+    def accepts_jobs(self) -> bool:
+        """True once the job server takes a job (it answers 500 until the head's agent registers)."""
+        req = urllib.request.Request(
+            f"{self.dashboard}/api/jobs/",
+            data=json.dumps({"entrypoint": "true"}).encode(),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status == 200
+
     def finished_tasks(self, name: str) -> list[dict]:
         """Finished Ray tasks named ``name`` (the state API keeps them after the job ends)."""
         query = f"limit=10000&filter_keys=name&filter_predicates=%3D&filter_values={name}"
@@ -107,15 +118,14 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
     (root / "token").write_text(token)
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(root / "token")}
     env = {
-        **os.environ,
+        # Nothing Ray-related from this process (a local Ray of other tests sets some RAY_ variables).
+        **{k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "TVMBENCH_"))},
         **auth,
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
         "RAY_USAGE_STATS_ENABLED": "0",
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # the job runs `tvmbench`
         "TVMBENCH_HOME": str(root / "home"),  # the head's artifact cache
     }
-    for var in ("RAY_ADDRESS", "TVMBENCH_DB", "TVMBENCH_TRACKER"):
-        env.pop(var, None)
     port, dash = free_port(), free_port()
     common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--block", "--disable-usage-stats"]
     procs: list[subprocess.Popen] = []
@@ -143,6 +153,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
             "worker.log",
         )
         wait_until(lambda: len(cluster.nodes()) == 2, 120, f"the second Ray node (logs: {logs})")
+        wait_until(cluster.accepts_jobs, 60, "the Ray job server to accept jobs", interval_s=1.0)
         yield cluster
     finally:
         for proc in reversed(procs):
