@@ -79,7 +79,8 @@ class RayCluster:
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
             method="POST",
         )
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        # Generous: on a busy machine the server answers only once the job's supervisor actor started.
+        with urllib.request.urlopen(req, timeout=60) as resp:
             return resp.status == 200
 
     def finished_tasks(self, name: str) -> list[dict]:
@@ -128,6 +129,15 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
     }
     port, dash = free_port(), free_port()
     common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--block", "--disable-usage-stats"]
+
+    def own_ports() -> list[str]:
+        # Ray's fixed defaults (agent 52365, client server 10001...) collide with any other Ray on the
+        # machine, another engineer's or this session's local one, and with the other node: pick free ones.
+        return [
+            *("--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port())),
+            *("--metrics-export-port", str(free_port()), "--runtime-env-agent-port", str(free_port())),
+        ]
+
     procs: list[subprocess.Popen] = []
 
     def start(cmd: list[str], log: str) -> None:
@@ -138,7 +148,8 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
     try:
         start(
             [
-                *(str(VENV_BIN / "ray"), "start", "--head", "--port", str(port), *common),
+                *(str(VENV_BIN / "ray"), "start", "--head", "--port", str(port), *common, *own_ports()),
+                *("--ray-client-server-port", str(free_port())),
                 *("--resources", '{"node_a": 1}', "--include-dashboard", "true", "--dashboard-host", "127.0.0.1"),
                 *("--dashboard-port", str(dash), "--temp-dir", str(root / "head")),
             ],
@@ -148,16 +159,21 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
         start(
             [
                 *(str(VENV_BIN / "python"), "-c", WORKER_LAUNCHER, "start", "--address", cluster.gcs, *common),
+                *own_ports(),
                 *("--resources", '{"node_b": 1}', "--temp-dir", str(root / "worker")),
             ],
             "worker.log",
         )
         wait_until(lambda: len(cluster.nodes()) == 2, 120, f"the second Ray node (logs: {logs})")
-        wait_until(cluster.accepts_jobs, 60, "the Ray job server to accept jobs", interval_s=1.0)
+        wait_until(cluster.accepts_jobs, 180, "the Ray job server to accept jobs", interval_s=1.0)
         yield cluster
     finally:
         for proc in reversed(procs):
             _stop_group(proc)
+        # Keep Ray's own logs with the test's (pytest's tmp dirs), for a failure to be read afterwards.
+        for node in ("head", "worker"):
+            with contextlib.suppress(OSError):
+                shutil.copytree(root / node / "session_latest" / "logs", logs / f"{node}-session-logs", symlinks=False)
         shutil.rmtree(root, ignore_errors=True)
 
 
