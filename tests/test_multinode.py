@@ -222,6 +222,7 @@ repeat = 2
         client_env,
     )
     submit_s = time.monotonic() - started
+    print(f"sweep submit returned in {submit_s:.2f}s")  # shown with -s: the issue's figure
     assert submitted.returncode == 0, submitted.stderr
     sweep_id = json.loads(submitted.stdout)["sweep_id"]
     # The issue asks for < 5 s; a process start with Ray imported is most of it, so allow for a busy CI box.
