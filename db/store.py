@@ -2,7 +2,9 @@
 
 SQLite (the default) runs in WAL mode with synchronous=FULL and a busy timeout, so a result that was
 acknowledged survives a crash of the orchestrator. Writes are idempotent: submitting the same sweep
-twice, or retrying a write after a failure, leaves one row per job.
+twice, or retrying a write after a failure, leaves one row per job. Rows that several writers may create
+at once (models, sweeps, jobs, builds, boards, runs) are written with INSERT ... ON CONFLICT, so
+drivers on several machines sharing one PostgreSQL database never trip over each other's rows.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import create_engine, event, func, select, update
+from sqlalchemy import Insert, create_engine, event, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import models as m
@@ -68,6 +71,35 @@ def make_engine(url: str) -> Engine:
 
         return engine
     return create_engine(url, pool_pre_ping=True)
+
+
+def _insert(session: Session, model: type[m.Base], values: dict[str, Any]) -> Insert:
+    """A dialect INSERT that supports ON CONFLICT (PostgreSQL and SQLite, the two supported backends)."""
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        return postgresql.insert(model).values(**values)
+    if dialect == "sqlite":
+        return sqlite.insert(model).values(**values)
+    raise ValueError(f"unsupported database {dialect!r}: use sqlite:///path or postgresql+psycopg://host/db")
+
+
+def insert_ignore(session: Session, model: type[m.Base], values: dict[str, Any], conflict: list[str]) -> bool:
+    """INSERT ... ON CONFLICT (conflict) DO NOTHING; True if this call created the row.
+
+    A concurrent writer inserting the same key makes this one wait for its commit and then do nothing,
+    instead of failing with an IntegrityError that would roll back the whole transaction.
+    """
+    stmt = _insert(session, model, values).on_conflict_do_nothing(index_elements=conflict)
+    # RETURNING rather than rowcount: drivers differ in what rowcount says for a skipped row.
+    key = getattr(model, conflict[0])
+    return session.execute(stmt.returning(key)).first() is not None
+
+
+def upsert(session: Session, model: type[m.Base], values: dict[str, Any], conflict: list[str]) -> None:
+    """INSERT ... ON CONFLICT (conflict) DO UPDATE: the row ends up with ``values`` whoever wrote first."""
+    stmt = _insert(session, model, values)
+    changed = {k: stmt.excluded[k] for k in values if k not in conflict}
+    session.execute(stmt.on_conflict_do_update(index_elements=conflict, set_=changed))
 
 
 def upgrade(engine: Engine) -> None:
@@ -141,65 +173,58 @@ class ResultStore:
         """Record a sweep and its jobs as pending; True if the sweep is new, False if it existed."""
 
         def write(s: Session) -> bool:
-            existing = s.get(m.Sweep, sweep_id)
+            # Sorted, so that two sweeps sharing models insert them in the same order (no deadlock).
+            for model in sorted({j.model.sha256: j.model for j in jobs}.values(), key=lambda x: x.sha256):
+                values = {
+                    "sha256": model.sha256,
+                    "name": model.name,
+                    "source": model.source,
+                    "size_bytes": model_sizes.get(model.sha256, 0),
+                    "inputs": [[n, list(sh), dt] for n, sh, dt in model.inputs],
+                }
+                insert_ignore(s, m.Model, values, ["sha256"])
+            sweep = {
+                "id": sweep_id,
+                "name": name,
+                "label": label,
+                "source": source,
+                "source_path": source_path,
+                "status": "running",
+                "job_count": len(jobs),
+                "host": socket.gethostname(),
+                "tvm_version": tvm_version,
+                "created_at": _now(),
+            }
+            new = insert_ignore(s, m.Sweep, sweep, ["id"])
+            if not new:
+                s.execute(update(m.Sweep).where(m.Sweep.id == sweep_id).values(status="running"))
+            # Jobs are inserted even when the sweep existed: a row lost to a crash between the two
+            # inserts is recreated, and rows already there are left alone.
             for job in jobs:
-                if s.get(m.Model, job.model.sha256) is None:
-                    s.add(
-                        m.Model(
-                            sha256=job.model.sha256,
-                            name=job.model.name,
-                            source=job.model.source,
-                            size_bytes=model_sizes.get(job.model.sha256, 0),
-                            inputs=[[n, list(sh), dt] for n, sh, dt in job.model.inputs],
-                        )
-                    )
-                    s.flush()
-            if existing is not None:
-                existing.status = "running"
-                return False
-            s.add(
-                m.Sweep(
-                    id=sweep_id,
-                    name=name,
-                    label=label,
-                    source=source,
-                    source_path=source_path,
-                    job_count=len(jobs),
-                    host=socket.gethostname(),
-                    tvm_version=tvm_version,
-                    created_at=_now(),
-                )
-            )
-            s.flush()
-            for job in jobs:
-                s.add(
-                    m.Job(
-                        sweep_id=sweep_id,
-                        job_key=job.key,
-                        model_sha256=job.model.sha256,
-                        model_name=job.model.name,
-                        target_name=job.target.name,
-                        board_key=job.target.board_key,
-                        executor=job.executor,
-                        opt_level=job.opt_level,
-                        pipeline=job.pipeline,
-                        build_key=job.build_key(tvm_version),
-                        config={
-                            **job.build_config(),
-                            "measure": asdict(job.measure),
-                            "board_key": job.target.board_key,
-                            "target_name": job.target.name,
-                            "emulated": job.target.emulated,
-                        },
-                    )
-                )
-            return True
+                values = {
+                    "sweep_id": sweep_id,
+                    "job_key": job.key,
+                    "model_sha256": job.model.sha256,
+                    "model_name": job.model.name,
+                    "target_name": job.target.name,
+                    "board_key": job.target.board_key,
+                    "executor": job.executor,
+                    "opt_level": job.opt_level,
+                    "pipeline": job.pipeline,
+                    "build_key": job.build_key(tvm_version),
+                    "status": "pending",
+                    "config": {
+                        **job.build_config(),
+                        "measure": asdict(job.measure),
+                        "board_key": job.target.board_key,
+                        "target_name": job.target.name,
+                        "emulated": job.target.emulated,
+                    },
+                }
+                insert_ignore(s, m.Job, values, ["sweep_id", "job_key"])
+            return new
 
-        try:
-            return self._write(write)
-        except IntegrityError:
-            # The same sweep submitted concurrently: the other writer won, which is the same result.
-            return False
+        return self._write(write)
 
     def job_statuses(self, sweep_id: str) -> dict[str, str]:
         with self._sessions() as s:
@@ -251,20 +276,32 @@ class ResultStore:
         """Insert or replace the build row of ``build.build_key`` (a failed build may succeed later)."""
 
         def write(s: Session) -> None:
-            row = s.get(m.Build, build.build_key) or m.Build(build_key=build.build_key)
-            row.model_sha256 = job.model.sha256
-            row.target = job.target.tvm_target
-            row.executor, row.opt_level, row.pipeline = job.executor, job.opt_level, job.pipeline
-            row.status, row.error, row.fingerprint = build.status, build.error, build.fingerprint
-            row.pass_trace, row.pass_count = list(build.pass_trace), len(build.pass_trace)
-            row.kernel_count, row.compile_s = build.kernel_count, build.compile_s
-            row.artifact_sha256, row.artifact_size = build.artifact_sha256, build.artifact_size
-            row.artifact_arch, row.tvm_version = build.artifact_arch, build.tvm_version
-            row.ffi_version, row.host, row.created_at = build.ffi_version, build.host, _now()
-            memory = build.memory or {}
-            row.flash_bytes, row.ram_bytes = memory.get("flash_bytes"), memory.get("ram_bytes")
-            row.memory = build.memory
-            s.merge(row)
+            values = {
+                "build_key": build.build_key,
+                "model_sha256": job.model.sha256,
+                "target": job.target.tvm_target,
+                "executor": job.executor,
+                "opt_level": job.opt_level,
+                "pipeline": job.pipeline,
+                "status": build.status,
+                "error": build.error,
+                "fingerprint": build.fingerprint,
+                "pass_trace": list(build.pass_trace),
+                "pass_count": len(build.pass_trace),
+                "kernel_count": build.kernel_count,
+                "compile_s": build.compile_s,
+                "artifact_sha256": build.artifact_sha256,
+                "artifact_size": build.artifact_size,
+                "artifact_arch": build.artifact_arch,
+                "tvm_version": build.tvm_version,
+                "ffi_version": build.ffi_version,
+                "host": build.host,
+                "created_at": _now(),
+                "flash_bytes": (build.memory or {}).get("flash_bytes"),
+                "ram_bytes": (build.memory or {}).get("ram_bytes"),
+                "memory": build.memory,
+            }
+            upsert(s, m.Build, values, ["build_key"])
 
         self._write(write)
 
@@ -291,37 +328,35 @@ class ResultStore:
 
         def write(s: Session) -> int:
             job = self._job_row(s, sweep_id, run.job_key)
-            existing = s.scalars(select(m.Run).where(m.Run.job_id == job.id, m.Run.attempt == run.attempt)).first()
-            if existing is not None:
-                row = existing
-            else:
-                if run.board_id:
-                    self._touch_board(s, run)
-                row = m.Run(
-                    job_id=job.id,
-                    attempt=run.attempt,
-                    board_id=run.board_id,
-                    status=run.status,
-                    error=run.error,
-                    unit=run.unit,
-                    samples=list(run.samples_ms),
-                    median=run.median_ms,
-                    mean=run.mean_ms,
-                    std=run.std_ms,
-                    min=run.min_ms,
-                    max=run.max_ms,
-                    max_abs_err=run.max_abs_err,
-                    max_rel_err=run.max_rel_err,
-                    emulated=run.emulated,
-                    load_avg_1m=run.load_avg_1m,
-                    builds_in_flight=run.builds_in_flight,
-                    equivalent_to=run.equivalent_to,
-                    kernel_profile=run.kernel_profile,
-                    started_at=_ts(run.started_at),
-                    finished_at=_ts(run.finished_at),
-                )
-                s.add(row)
-                s.flush()
+            if run.board_id:
+                self._ensure_board(s, run)
+            values = {
+                "job_id": job.id,
+                "attempt": run.attempt,
+                "board_id": run.board_id,
+                "status": run.status,
+                "error": run.error,
+                "unit": run.unit,
+                "samples": list(run.samples_ms),
+                "median": run.median_ms,
+                "mean": run.mean_ms,
+                "std": run.std_ms,
+                "min": run.min_ms,
+                "max": run.max_ms,
+                "max_abs_err": run.max_abs_err,
+                "max_rel_err": run.max_rel_err,
+                "emulated": run.emulated,
+                "load_avg_1m": run.load_avg_1m,
+                "builds_in_flight": run.builds_in_flight,
+                "equivalent_to": run.equivalent_to,
+                "kernel_profile": run.kernel_profile,
+                "started_at": _ts(run.started_at),
+                "finished_at": _ts(run.finished_at),
+            }
+            # A second writer of the same attempt (a retried task, another driver) keeps the first row.
+            if insert_ignore(s, m.Run, values, ["job_id", "attempt"]) and run.board_id:
+                self._touch_board(s, run)
+            row = s.scalars(select(m.Run).where(m.Run.job_id == job.id, m.Run.attempt == run.attempt)).one()
             if final:
                 job.status, job.error, job.final_run_id = run.status, run.error, row.id
                 job.equivalent_to, job.finished_at = run.equivalent_to, _now()
@@ -331,12 +366,24 @@ class ResultStore:
 
         return self._write(write)
 
+    def _ensure_board(self, s: Session, run: records.Run) -> None:
+        """The board row a run points at exists (created on first sight)."""
+        assert run.board_id is not None
+        values = {
+            "id": run.board_id,
+            "key": run.board_id.split("@")[0],
+            "emulated": run.emulated,
+            "state": "ok",
+            "consecutive_failures": 0,
+            "last_seen": _now(),
+        }
+        insert_ignore(s, m.Board, values, ["id"])
+
     def _touch_board(self, s: Session, run: records.Run) -> None:
-        board = s.get(m.Board, run.board_id)
+        """Update what is known of the board after a new run on it."""
+        # Lock the row (PostgreSQL): two drivers updating one board's failure count serialise here.
+        board = s.scalars(select(m.Board).where(m.Board.id == run.board_id).with_for_update()).one()
         facts = run.board_facts or {}
-        if board is None:
-            board = m.Board(id=run.board_id, key=run.board_id.split("@")[0], consecutive_failures=0, state="ok")
-            s.add(board)
         board.arch = facts.get("arch", board.arch)
         board.emulated = bool(facts.get("emulated", run.emulated))
         board.facts = facts or board.facts

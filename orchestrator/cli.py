@@ -167,8 +167,16 @@ def _progress_bar():
     return progress
 
 
-def _execute(spec, db: str | None, tracker: str | None, ray_address: str | None, boards: int, as_json: bool) -> None:
-    from orchestrator.scheduler import ensure_ray, run_sweep
+def _execute(
+    spec,
+    db: str | None,
+    tracker: str | None,
+    ray_address: str | None,
+    boards: int,
+    as_json: bool,
+    farm_resource: str | None = None,
+) -> None:
+    from orchestrator.scheduler import check_farm_resource, ensure_ray, run_sweep
     from workers.artifacts import ArtifactCache
 
     store = _store(db)
@@ -176,6 +184,11 @@ def _execute(spec, db: str | None, tracker: str | None, ray_address: str | None,
     try:
         with _farm_for_run(tracker, boards, {t.board_key for t in spec.targets}) as address:
             ensure_ray(ray_address)
+            if farm_resource:
+                try:
+                    check_farm_resource(farm_resource)
+                except ValueError as exc:
+                    fail(str(exc))
             with _progress_bar() as bar:
                 task = bar.add_task(f"sweep {spec.sweep_id}", total=None, detail="starting")
 
@@ -190,7 +203,7 @@ def _execute(spec, db: str | None, tracker: str | None, ray_address: str | None,
                         f"· failed {c.get('failed', 0)}",
                     )
 
-                outcome = run_sweep(spec, store, address, cache, progress=on_progress)
+                outcome = run_sweep(spec, store, address, cache, progress=on_progress, farm_resource=farm_resource)
     except farm_mod.FarmError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
@@ -232,6 +245,13 @@ TrackerOpt = Annotated[
 RayOpt = Annotated[
     str | None, typer.Option("--ray-address", help="Ray cluster to build on (default: a local instance on 127.0.0.1).")
 ]
+FarmResourceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--farm-resource",
+        help="Ray custom resource of the node(s) that reach the farm: measurements run only there.",
+    ),
+]
 
 
 @sweep_app.command("run")
@@ -245,12 +265,13 @@ def sweep_run(
     ] = None,
     boards: Annotated[int, typer.Option(help="Host boards of an ephemeral local farm.")] = 1,
     as_json: JsonOpt = False,
+    farm_resource: FarmResourceOpt = None,
 ) -> None:
     """Run a sweep here: build on Ray, measure on the farm, store every outcome. Re-running finishes what is missing.
 
     Exit status: 0 all ok, 1 some jobs failed, 2 invalid sweep file, 3 jobs still wait for a device.
     """
-    _execute(_load(path, label), db, tracker, ray_address, boards, as_json)
+    _execute(_load(path, label), db, tracker, ray_address, boards, as_json, farm_resource)
 
 
 @sweep_app.command("resume")
@@ -278,6 +299,115 @@ def sweep_resume(
     if spec.sweep_id != sweep.id:
         fail(f"the models of sweep {sweep.id} changed on disk since it ran; run the file as a new sweep")
     _execute(spec, db, tracker, ray_address, boards, as_json)
+
+
+# --- sweeps on a Ray cluster (orchestrator/submit.py) ---------------------------------------------
+
+ClusterOpt = Annotated[
+    str,
+    typer.Option(
+        "--ray-address",
+        envvar="TVMBENCH_RAY_ADDRESS",
+        help="Dashboard URL of the Ray cluster, e.g. http://HEAD:8265 (token: ~/.ray/auth_token or RAY_AUTH_TOKEN).",
+    ),
+]
+
+
+def _submit_call(fn, *args, **kwargs):
+    from orchestrator.submit import SubmitError
+
+    try:
+        return fn(*args, **kwargs)
+    except SubmitError as exc:
+        fail(str(exc))
+
+
+@sweep_app.command("submit")
+def sweep_submit(
+    path: Path,
+    ray_address: ClusterOpt,
+    db: DbOpt = None,
+    tracker: TrackerOpt = None,
+    label: Annotated[str | None, typer.Option(help="Submit as a new sweep under this label.")] = None,
+    farm_resource: FarmResourceOpt = None,
+    boards: Annotated[int, typer.Option(help="Host boards of an ephemeral farm on the head (no --tracker).")] = 1,
+    as_json: JsonOpt = False,
+) -> None:
+    """Send a sweep to a Ray cluster as a Ray job and return its sweep id at once.
+
+    The sweep file and its models travel with the job; the job runs `tvmbench sweep run` on the head node
+    against --db, which must be a database every node reaches (PostgreSQL). Follow it with
+    `sweep status`, `sweep logs`, `sweep cancel` from any machine.
+    """
+    from orchestrator.submit import submit_sweep
+
+    if not path.is_file():
+        fail(f"{path}: no such sweep file; give the path to a .toml file", code=2)
+    submitted = _submit_call(
+        submit_sweep,
+        path,
+        ray_address=ray_address,
+        db_url=db or "sqlite",
+        tracker=tracker,
+        label=label,
+        farm_resource=farm_resource,
+        boards=boards,
+    )
+    if as_json:
+        _print_json(submitted.__dict__)
+        return
+    note = " (already running: nothing new submitted)" if submitted.already_running else ""
+    console.print(f"{submitted.sweep_id}{note}", highlight=False)
+    err.print(f"[dim]Ray job {submitted.submission_id}; follow with `tvmbench sweep status {submitted.sweep_id}`[/]")
+
+
+@sweep_app.command("status")
+def sweep_status_cmd(
+    sweep_id: str,
+    db: DbOpt = None,
+    ray_address: Annotated[
+        str | None, typer.Option("--ray-address", envvar="TVMBENCH_RAY_ADDRESS", help="Dashboard URL of the cluster.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Progress of a sweep: job counts from the database and the state of its Ray job."""
+    from orchestrator.submit import sweep_status
+
+    status = _submit_call(sweep_status, sweep_id, store=_store(db), ray_address=ray_address)
+    if as_json:
+        _print_json(status)
+        return
+    report.simple_table(console, [{k: v for k, v in status.items() if k != "statuses"}], title=f"sweep {sweep_id}")
+
+
+@sweep_app.command("logs")
+def sweep_logs_cmd(
+    sweep_id: str,
+    ray_address: ClusterOpt,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+) -> None:
+    """The log of a submitted sweep's Ray job (the output of `sweep run` on the head node)."""
+    from orchestrator.submit import sweep_logs
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    _submit_call(sweep_logs, sweep_id, ray_address=ray_address, follow=follow, write=write)
+
+
+@sweep_app.command("cancel")
+def sweep_cancel(sweep_id: str, ray_address: ClusterOpt, db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Stop a submitted sweep. Finished jobs keep their rows; the rest stay pending: submit again to finish them."""
+    from orchestrator.submit import cancel_sweep
+
+    store = _store(db) if db else None
+    outcome = _submit_call(cancel_sweep, sweep_id, ray_address=ray_address, store=store)
+    if as_json:
+        _print_json(outcome)
+        return
+    what = "stopped" if outcome["stopped"] else "had already ended"
+    console.print(f"sweep {outcome['sweep_id']}: Ray job {outcome['submission_id']} {what}")
 
 
 # --- results ----------------------------------------------------------------------------------------

@@ -51,15 +51,41 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     )
 
 
-def _remote_functions() -> tuple[Any, Any]:
+def build_on_node(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
+    """``build_job`` in a Ray task; the build's host becomes "hostname/ray-node-id" to show where it ran."""
     import ray
 
     from workers.compile import build_job
+
+    build, data = build_job(job, model_data)
+    node = ray.get_runtime_context().get_node_id()
+    return replace(build, host=f"{build.host}/{node}"), data
+
+
+def check_farm_resource(name: str) -> None:
+    """Raise ValueError unless some node of the Ray cluster offers the custom resource ``name``."""
+    import ray
+
+    if name not in ray.cluster_resources():
+        raise ValueError(
+            f"no Ray node offers the resource {name!r}: start the node that reaches the farm with "
+            f"ray start ... --resources '{{\"{name}\": 1}}'"
+        )
+
+
+def _remote_functions(farm_resource: str | None = None) -> tuple[Any, Any]:
+    import ray
+
     from workers.measure import measure_job
 
     # A worker that dies mid-build is re-run by Ray (the build is a pure function of its inputs).
-    build = ray.remote(num_cpus=1, max_retries=2)(build_job)
+    # Builds take one CPU each, so Ray spreads them over every node of a cluster.
+    build = ray.remote(num_cpus=1, max_retries=2)(build_on_node)
     measure = ray.remote(num_cpus=0, max_retries=0)(measure_job)
+    if farm_resource:
+        # A sliver of a custom resource pins measurements to the node(s) that can reach the farm
+        # (e.g. the one on the lab network) without limiting how many run there at once.
+        measure = measure.options(resources={farm_resource: 0.001})
     return build, measure
 
 
@@ -114,6 +140,7 @@ class _Sweep:
         cache: ArtifactCache,
         progress: ProgressFn | None,
         max_builds: int | None,
+        farm_resource: str | None = None,
     ) -> None:
         import ray
 
@@ -122,7 +149,7 @@ class _Sweep:
         self.progress = progress or (lambda _event, _counts: None)
         self.tvm_version = tvm_versions()[0]
         self.sweep_id = spec.sweep_id
-        self.build_fn, self.measure_fn = _remote_functions()
+        self.build_fn, self.measure_fn = _remote_functions(farm_resource)
         self.max_builds = max_builds or max(1, int(ray.available_resources().get("CPU", 1)))
         # Instruction counts under qemu -icount do not depend on the load: MCU boards need no fence.
         self.fenced = host_sharing_keys(tracker) - {t.board_key for t in spec.targets if _counts_instructions(t)}
@@ -302,11 +329,13 @@ def run_sweep(
     *,
     progress: ProgressFn | None = None,
     max_builds: int | None = None,
+    farm_resource: str | None = None,
 ) -> SweepOutcome:
     """Run (or resume) a sweep against the farm at ``tracker``; Ray must be initialised.
 
     Jobs that already have a final row are skipped, so running the same sweep again only finishes what
-    is missing. Returns the counts; the results are in ``store``.
+    is missing. Returns the counts; the results are in ``store``. ``farm_resource`` pins the
+    measurement tasks to the Ray node(s) offering that custom resource.
     """
     jobs = plan_jobs(spec)
     tvm_version = tvm_versions()[0]
@@ -326,7 +355,7 @@ def run_sweep(
     for j in jobs:
         if j not in todo:
             outcome.statuses[statuses[j.key]] += 1
-    sweep = _Sweep(spec, store, tracker, cache, progress, max_builds)
+    sweep = _Sweep(spec, store, tracker, cache, progress, max_builds, farm_resource)
     try:
         sweep.run(todo, outcome)
     except BaseException:

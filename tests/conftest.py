@@ -69,3 +69,60 @@ def write_sweep(directory: Path, text: str, name: str = "sweep.toml") -> Path:
     path = directory / name
     path.write_text(text)
     return path
+
+
+# The PostgreSQL server the machine runs (CI starts it): trust auth on loopback. Override the admin URL
+# with TVMBENCH_TEST_PG (a database the tests may CREATE DATABASE from).
+PG_ADMIN_URLS = (
+    "postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
+    "postgresql+psycopg://root@127.0.0.1:5432/test",
+)
+
+
+def _pg_admin_engine():
+    from sqlalchemy import create_engine, text
+
+    candidates = [os.environ["TVMBENCH_TEST_PG"]] if os.environ.get("TVMBENCH_TEST_PG") else list(PG_ADMIN_URLS)
+    errors = []
+    for url in candidates:
+        engine = create_engine(url, isolation_level="AUTOCOMMIT")
+        try:
+            with engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            return engine
+        except Exception as exc:
+            errors.append(f"{url}: {str(exc).splitlines()[0]}")
+            engine.dispose()
+    pytest.fail(
+        "PostgreSQL at 127.0.0.1:5432 is not reachable (" + "; ".join(errors) + "); start it, point "
+        'TVMBENCH_TEST_PG at a server, or deselect these tests with -m "not postgres"'
+    )
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test (CREATEd with a unique name, DROPped afterwards)."""
+    import uuid
+
+    from sqlalchemy import text
+
+    admin = _pg_admin_engine()
+    name = f"tvmbench_test_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = admin.url.set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            # FORCE ends sessions a failed test left open (PostgreSQL 13+).
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of an empty results database, once per backend: SQLite and PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'results.db'}"
+    return request.getfixturevalue("pg_url")

@@ -1,0 +1,278 @@
+"""Submit a sweep to a Ray cluster as a Ray job, and follow, read or cancel it from any machine.
+
+The sweep file and the model files it names travel with the job (Ray's ``working_dir``, uploaded
+through the dashboard), so the cluster needs no shared filesystem; the entrypoint is
+``tvmbench sweep run`` on the head node, writing to the shared database given by ``TVMBENCH_DB``.
+The cluster's nodes must have tvmbench installed (the same package and TVM version on every node).
+
+A sweep id maps to its Ray submission ids ``tvmbench-<sweep id>`` (then ``-2``, ``-3``... when the
+same sweep is submitted again after it ended); the sweep id is also in the job's metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import shutil
+import tempfile
+import time
+import tomllib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from orchestrator.spec import SpecError, load_spec
+from workers.records import FINAL_STATUSES, PENDING_STATUSES
+
+SUBMISSION_PREFIX = "tvmbench-"
+METADATA_KEY = "tvmbench_sweep"
+ACTIVE_STATES = ("PENDING", "RUNNING")
+
+
+class SubmitError(RuntimeError):
+    """The sweep cannot be submitted or found; the message is one line saying what to do."""
+
+
+@dataclass(frozen=True)
+class Submitted:
+    sweep_id: str
+    submission_id: str
+    already_running: bool  # the sweep was running on the cluster already: nothing new was submitted
+
+
+def stage_sweep(sweep_file: Path, dest: Path) -> str:
+    """Copy the sweep file and every model file it names into ``dest``, keeping their relative layout.
+
+    Returns the sweep file's path inside ``dest`` (POSIX). Model paths in the file are relative to the
+    sweep file, and may climb out of its folder (``../models/x.onnx``): the staged tree is rooted at the
+    common ancestor of the sweep file and its models, so the same relative paths resolve on the cluster.
+    """
+    sweep_file = sweep_file.resolve()
+    data = tomllib.loads(sweep_file.read_text())
+    base = sweep_file.parent
+    models = []
+    for i, table in enumerate(data.get("models", [])):
+        if not isinstance(table, dict) or "path" not in table:
+            continue  # bundled models (onnx = "...") come with the onnx package on the cluster
+        given = str(table["path"])
+        if Path(given).is_absolute():
+            raise SubmitError(
+                f"models[{i}].path = {given!r} is absolute: write it relative to the sweep file so the "
+                "model can travel with the job"
+            )
+        models.append((base / given).resolve())
+    root = Path(_common_root([base, *[p.parent for p in models]]))
+    for path in [sweep_file, *models]:
+        target = dest / path.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    return PurePosixPath(sweep_file.relative_to(root)).as_posix()
+
+
+def _common_root(paths: list[Path]) -> str:
+    return os.path.commonpath([str(p) for p in paths])
+
+
+def _client(ray_address: str) -> Any:
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(ray_address)
+    except Exception as exc:
+        raise SubmitError(
+            f"cannot reach the Ray dashboard at {ray_address} ({_first_line(exc)}); give "
+            "--ray-address http://HEAD:8265 and, if the cluster uses token auth, its token in ~/.ray/auth_token "
+            "or RAY_AUTH_TOKEN"
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+
+def _submissions(client: Any, sweep_ref: str) -> list[Any]:
+    """Ray jobs of a sweep (id or prefix), oldest first."""
+    jobs = [
+        j
+        for j in client.list_jobs()
+        if (j.metadata or {}).get(METADATA_KEY, "").startswith(sweep_ref)
+        or (j.submission_id or "").startswith(SUBMISSION_PREFIX + sweep_ref)
+    ]
+    return sorted(jobs, key=lambda j: j.start_time or 0)
+
+
+def ray_state(job: Any) -> str:
+    """A Ray job's state as a plain string: PENDING, RUNNING, SUCCEEDED, FAILED or STOPPED."""
+    return getattr(job.status, "value", str(job.status))
+
+
+def latest_submission(client: Any, sweep_ref: str) -> Any | None:
+    """The newest Ray job of a sweep, or None."""
+    jobs = _submissions(client, sweep_ref)
+    return jobs[-1] if jobs else None
+
+
+def entrypoint(
+    sweep_path: str, *, tracker: str | None, label: str | None, farm_resource: str | None, boards: int
+) -> str:
+    """The shell command the Ray job runs on the head node."""
+    cmd = ["tvmbench", "sweep", "run", sweep_path, "--ray-address", "auto", "--boards", str(boards)]
+    if tracker:
+        cmd += ["--tracker", tracker]
+    if label is not None:
+        cmd += ["--label", label]
+    if farm_resource:
+        cmd += ["--farm-resource", farm_resource]
+    return shlex.join(cmd)
+
+
+def submit_sweep(
+    sweep_file: Path,
+    *,
+    ray_address: str,
+    db_url: str,
+    tracker: str | None = None,
+    label: str | None = None,
+    farm_resource: str | None = None,
+    boards: int = 1,
+    env: dict[str, str] | None = None,
+) -> Submitted:
+    """Submit ``sweep_file`` as a Ray job and return at once with the sweep id.
+
+    ``db_url`` must be a database every node reaches (PostgreSQL); ``tracker`` the farm the head node
+    reaches (default: an ephemeral local farm on the head node). ``env`` adds environment variables
+    for the job. Submitting a sweep that is still running returns its running job.
+    """
+    if db_url.startswith("sqlite"):
+        raise SubmitError(
+            "sweep submit needs a database the cluster and you both reach: give --db postgresql+psycopg://HOST/DB "
+            "(or TVMBENCH_DB); a SQLite file stays on one machine"
+        )
+    try:
+        spec = load_spec(sweep_file, label=label)
+    except SpecError as exc:
+        raise SubmitError(str(exc)) from None
+    client = _client(ray_address)
+    previous = _submissions(client, spec.sweep_id)
+    running = [j for j in previous if ray_state(j) in ACTIVE_STATES]
+    if running:
+        return Submitted(spec.sweep_id, running[-1].submission_id, already_running=True)
+    submission_id = SUBMISSION_PREFIX + spec.sweep_id + (f"-{len(previous) + 1}" if previous else "")
+    with tempfile.TemporaryDirectory(prefix="tvmbench-submit-") as staging:
+        sweep_path = stage_sweep(sweep_file, Path(staging))
+        command = entrypoint(sweep_path, tracker=tracker, label=label, farm_resource=farm_resource, boards=boards)
+        job = {
+            "entrypoint": command,
+            "submission_id": submission_id,
+            # The database URL travels in the environment, not on the command line that `ps` shows.
+            "runtime_env": {"working_dir": staging, "env_vars": {"TVMBENCH_DB": db_url, **(env or {})}},
+            "metadata": {METADATA_KEY: spec.sweep_id, "name": spec.name, "label": spec.label},
+        }
+        _submit_with_retry(client, job, ray_address)
+    return Submitted(spec.sweep_id, submission_id, already_running=False)
+
+
+def _submit_with_retry(client: Any, job: dict[str, Any], ray_address: str, agent_wait_s: float = 30.0) -> None:
+    """submit_job, waiting out a cluster that has just started (its job agent not registered yet)."""
+    deadline = time.monotonic() + agent_wait_s
+    while True:
+        try:
+            client.submit_job(**job)
+            return
+        except Exception as exc:
+            # Ray's job server answers 500 "No available agent to submit job" until the head's
+            # dashboard agent has registered, a few seconds after `ray start`.
+            if "No available agent" in str(exc) and time.monotonic() < deadline:
+                time.sleep(1.0)
+                continue
+            raise SubmitError(f"the Ray cluster at {ray_address} refused the job: {_first_line(exc)}") from None
+
+
+def sweep_status(sweep_ref: str, *, store: Any | None, ray_address: str | None) -> dict[str, Any]:
+    """Progress of a sweep from the database (job counts) and its Ray job (state, message)."""
+    status: dict[str, Any] = {"sweep_id": sweep_ref}
+    if store is not None:
+        sweep = store.get_sweep(sweep_ref)
+        if sweep is not None:
+            counts = Counter(store.job_statuses(sweep.id).values())
+            final = sum(n for s, n in counts.items() if s in FINAL_STATUSES)
+            status.update(
+                sweep_id=sweep.id,
+                name=sweep.name,
+                state=sweep.status,
+                jobs=sweep.job_count,
+                final=final,
+                ok=counts.get("ok", 0),
+                failed=final - counts.get("ok", 0),
+                pending=sum(n for s, n in counts.items() if s in PENDING_STATUSES),
+                statuses=dict(counts),
+            )
+    if ray_address:
+        job = latest_submission(_client(ray_address), status["sweep_id"])
+        if job is not None:
+            status.update(
+                sweep_id=(job.metadata or {}).get(METADATA_KEY, status["sweep_id"]),
+                submission_id=job.submission_id,
+                ray_status=ray_state(job),
+                ray_message=job.message,
+            )
+    if "state" not in status and "ray_status" not in status:
+        where = " or ".join(w for w, on in (("the database", store is not None), ("Ray", bool(ray_address))) if on)
+        raise SubmitError(
+            f"no sweep {sweep_ref!r} in {where}; `tvmbench results sweeps` lists stored sweeps"
+            + ("" if ray_address else ", --ray-address finds submitted ones")
+        )
+    return status
+
+
+def _submission_or_fail(client: Any, sweep_ref: str) -> Any:
+    job = latest_submission(client, sweep_ref)
+    if job is None:
+        raise SubmitError(f"no Ray job for sweep {sweep_ref!r} on this cluster; `tvmbench sweep submit` starts one")
+    return job
+
+
+def sweep_logs(sweep_ref: str, *, ray_address: str, follow: bool = False, write: Callable[[str], None]) -> None:
+    """Write the sweep's Ray job log; with ``follow``, keep writing until the job ends."""
+    client = _client(ray_address)
+    job = _submission_or_fail(client, sweep_ref)
+    if not follow:
+        write(client.get_job_logs(job.submission_id))
+        return
+
+    async def tail() -> None:
+        async for chunk in client.tail_job_logs(job.submission_id):
+            write(chunk)
+
+    asyncio.run(tail())
+
+
+def cancel_sweep(
+    sweep_ref: str, *, ray_address: str, store: Any | None, stop_timeout_s: float = 60.0
+) -> dict[str, Any]:
+    """Stop the sweep's Ray job; mark the sweep cancelled in the database (its unfinished jobs stay
+    pending, so submitting the same sweep again finishes them)."""
+    from orchestrator.farm import FarmError, wait_until
+
+    client = _client(ray_address)
+    job = _submission_or_fail(client, sweep_ref)
+    stopped = client.stop_job(job.submission_id)  # False when the job had already ended
+    sweep_id = (job.metadata or {}).get(METADATA_KEY, sweep_ref)
+    if stopped:
+        # The driver marks its sweep "incomplete" as it exits: wait for that before saying "cancelled".
+        with contextlib.suppress(FarmError):
+            wait_until(
+                lambda: getattr(client.get_job_status(job.submission_id), "value", "") not in ACTIVE_STATES,
+                stop_timeout_s,
+                f"Ray job {job.submission_id} to stop",
+                interval_s=0.5,
+            )
+    sweep = store.get_sweep(sweep_id) if store is not None else None
+    if stopped and sweep is not None:
+        store.finish_sweep(sweep.id, "cancelled")
+    return {"sweep_id": sweep_id, "submission_id": job.submission_id, "stopped": bool(stopped)}
