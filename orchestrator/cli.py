@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -129,12 +131,33 @@ def _farm_for_run(tracker: str | None, boards: int):
     if address:
         yield address
         return
+    _reap_stale_farms(home)
     err.print(f"[dim]no farm configured: starting a local tracker and {boards} host board(s) on 127.0.0.1[/]")
-    local = farm_mod.LocalFarm.start(home / "logs" / "ephemeral-farm", {"host": boards})
+    # Its processes die with this driver even on SIGKILL (PR_SET_PDEATHSIG), and are recorded in a pid
+    # file so that the next run or resume stops anything a killed driver left behind.
+    local = farm_mod.LocalFarm.start(home / "logs" / "ephemeral-farm", {"host": boards}, die_with_parent=True)
+    pid_file = home / "run" / f"ephemeral-farm-{os.getpid()}.json"
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    pid_file.write_text(json.dumps({"driver_pid": os.getpid(), "farm": local.to_json()}))
     try:
         yield local.tracker
     finally:
         local.stop()
+        pid_file.unlink(missing_ok=True)
+
+
+def _reap_stale_farms(home: Path) -> None:
+    """Stop ephemeral farms whose driver died (a pid file left in TVMBENCH_HOME/run)."""
+    for pid_file in (home / "run").glob("ephemeral-farm-*.json"):
+        try:
+            data = json.loads(pid_file.read_text())
+            os.kill(int(data["driver_pid"]), 0)
+            continue  # that driver is alive: its farm is in use
+        except ProcessLookupError:
+            farm_mod.LocalFarm.from_json(data["farm"]).stop()
+        except (OSError, ValueError, KeyError):
+            pass
+        pid_file.unlink(missing_ok=True)
 
 
 def _progress_bar():
@@ -260,6 +283,35 @@ def sweep_resume(
     if spec.sweep_id != sweep.id:
         fail(f"the models of sweep {sweep.id} changed on disk since it ran; run the file as a new sweep")
     _execute(spec, db, tracker, ray_address, boards, as_json)
+
+
+@sweep_app.command("cancel")
+def sweep_cancel(
+    sweep_id: str,
+    db: DbOpt = None,
+    wait: Annotated[float, typer.Option(help="Seconds to wait for a running driver to stop its jobs.")] = 30.0,
+) -> None:
+    """Cancel a sweep: its driver closes sessions and frees boards; jobs without a result become `cancelled`."""
+    store = _store(db)
+    sweep = store.get_sweep(sweep_id)
+    if sweep is None:
+        fail(f"no sweep {sweep_id!r} in {store.url}; `tvmbench results sweeps` lists them")
+    before = store.request_cancel(sweep.id)
+    if before in ("complete", "cancelled"):
+        console.print(f"sweep {sweep.id} is already {before}: nothing to cancel")
+        return
+    if before in ("running", "cancelling"):
+        # A driver polls the flag between events; a driver that was killed never answers.
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and store.sweep_status(sweep.id) == "cancelling":
+            time.sleep(0.2)
+    cancelled = 0
+    if store.sweep_status(sweep.id) != "cancelled":
+        cancelled = store.cancel_pending_jobs(sweep.id, "cancelled by `tvmbench sweep cancel`")
+    statuses = store.job_statuses(sweep.id)
+    done = sum(1 for s in statuses.values() if s == "cancelled")
+    console.print(f"sweep {sweep.id} cancelled: {done} job(s) cancelled, {len(statuses) - done} kept their result")
+    del cancelled
 
 
 # --- results ----------------------------------------------------------------------------------------
@@ -404,6 +456,15 @@ def farm_list(tracker: TrackerOpt = None, db: DbOpt = None, as_json: JsonOpt = F
         _print_json({"tracker": address, "boards": rows})
         return
     report.simple_table(console, rows, title=f"farm at {address}")
+
+
+@farm_app.command("reset")
+def farm_reset(board: str, db: DbOpt = None) -> None:
+    """End a board's quarantine (BOARD: its id from `farm list`, or a prefix): it gets work again."""
+    ids = _store(db).reset_board(board)
+    if not ids:
+        fail(f"no board {board!r} in the results database; `tvmbench farm list` shows the board ids")
+    console.print(f"reset to ok (health check runs before its next job): {', '.join(ids)}")
 
 
 # --- targets and db ---------------------------------------------------------------------------------

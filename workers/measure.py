@@ -6,6 +6,7 @@ with an error kind (MetaSchedule's RPCRunner does the same), never as an excepti
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -80,20 +81,14 @@ def _tracker_socket(tracker: str, timeout_s: float) -> socket.socket:
     return sock
 
 
-def request_session(tracker: str, key: str, deadline_s: float, session_timeout_s: float) -> Session:
-    """Ask the tracker for a board of ``key``, giving up after ``deadline_s``.
-
-    The tracker's own request blocks forever when no board is free, so the wait is bounded here by a
-    socket timeout. A key no board has registered fails at once with NoBoardRegistered.
-    """
+def _request_once(tracker: str, key: str, wait_s: float, session_timeout_s: float) -> Session:
+    """One REQUEST to the tracker, bounded by ``wait_s`` (TimeoutError -> DeviceUnavailable)."""
     from tvm import rpc
     from tvm.rpc import base
 
-    if key not in registered_keys(tracker_summary(tracker)):
-        raise NoBoardRegistered(key)
-    sock = _tracker_socket(tracker, timeout_s=min(10.0, deadline_s))
+    sock = _tracker_socket(tracker, timeout_s=min(10.0, wait_s))
     try:
-        sock.settimeout(deadline_s)
+        sock.settimeout(wait_s)
         base.sendjson(sock, [base.TrackerCode.REQUEST, key, "", 1])
         try:
             value = base.recvjson(sock)
@@ -108,6 +103,87 @@ def request_session(tracker: str, key: str, deadline_s: float, session_timeout_s
     url, port, matchkey = value[1]
     remote = rpc.connect(url, port, matchkey, session_timeout_s)
     return Session(remote=remote, board_id=f"{key}@{url}:{port}")
+
+
+def key_boards(summary: dict[str, Any], key: str) -> set[str]:
+    """Board ids (key@host:port) of ``key`` in a tracker summary."""
+    ids = set()
+    for server in summary.get("server_info", []):
+        if str(server.get("key", "")).removeprefix("server:") == key:
+            host, port = (server.get("addr") or ["?", "?"])[:2]
+            ids.add(f"{key}@{host}:{port}")
+    return ids
+
+
+def request_session(
+    tracker: str,
+    key: str,
+    deadline_s: float,
+    session_timeout_s: float,
+    *,
+    avoid: frozenset[str] = frozenset(),
+    prefer_not: frozenset[str] = frozenset(),
+    registration_wait_s: float | None = None,
+) -> Session:
+    """Ask the tracker for a board of ``key``, giving up after ``deadline_s``.
+
+    The tracker picks the board, and its own request blocks forever when none is free, so:
+    - every wait is bounded here by socket timeouts against one deadline;
+    - a tracker that drops the connection (restarted) is asked again until the deadline, and a key
+      with no board registered is polled for ``registration_wait_s`` (boards re-register a few
+      seconds after a tracker restart) before NoBoardRegistered;
+    - boards in ``avoid`` (quarantined) are never used and boards in ``prefer_not`` (the board an
+      attempt just failed on) only when no other board of the key is free at the deadline. A session
+      on such a board is *held* while asking again, so that the tracker must offer a different board
+      (a released board would go straight back into its queue); held sessions are closed before
+      returning. When every registered board of the key is avoided, DeviceUnavailable says so.
+    """
+    start = time.monotonic()
+    deadline = start + deadline_s
+    wait_registration = deadline_s if registration_wait_s is None else min(registration_wait_s, deadline_s)
+    held: list[Session] = []
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            fallback = next((h for h in held if h.board_id not in avoid), None)
+            if remaining <= 0:
+                if fallback is not None:
+                    held.remove(fallback)
+                    return fallback
+                raise DeviceUnavailable(key)
+            try:
+                boards = key_boards(tracker_summary(tracker, timeout_s=min(10.0, remaining)), key)
+            except OSError:  # the tracker is restarting: ask again until the deadline
+                time.sleep(min(0.5, max(remaining, 0)))
+                continue
+            if not boards:
+                if time.monotonic() - start >= wait_registration:
+                    raise NoBoardRegistered(key)
+                time.sleep(min(0.5, max(remaining, 0)))
+                continue
+            usable = boards - avoid - {h.board_id for h in held}
+            if not usable:
+                if fallback is not None:
+                    held.remove(fallback)
+                    return fallback
+                if boards <= avoid:
+                    raise DeviceUnavailable(f"every board of {key!r} is quarantined: {sorted(boards)}")
+                time.sleep(min(0.5, max(remaining, 0)))
+                continue
+            try:
+                session = _request_once(tracker, key, remaining, session_timeout_s)
+            except DeviceUnavailable:
+                continue  # the deadline has passed: the top of the loop decides
+            except Exception:
+                # Tracker dropped the request (restart) or matched a board that just died.
+                time.sleep(min(0.5, max(deadline - time.monotonic(), 0)))
+                continue
+            if session.board_id in avoid or session.board_id in prefer_not:
+                held.append(session)
+                continue
+            return session
+    finally:
+        held.clear()  # dropping the last reference closes a held session and frees its board
 
 
 def board_facts(remote: Any) -> dict[str, Any] | None:
@@ -143,6 +219,30 @@ def _device(remote: Any, job: Job) -> Any:
     return remote.cpu(0)
 
 
+def _load_vm(remote: Any, artifact: bytes, sha256: str, dev: Any) -> Any:
+    """Upload an artifact under its hash and open a Relax VM on it."""
+    from tvm import relax
+
+    name = f"tvmbench-{sha256[:16]}.so"
+    remote.upload(bytearray(artifact), name)
+    return relax.VirtualMachine(remote.load_module(name), dev)
+
+
+def run_golden(remote: Any, golden: Any, job: Job) -> str | None:
+    """Run the golden model on the session's board; None when its outputs match, else the problem."""
+    import tvm
+
+    try:
+        dev = _device(remote, job)
+        vm = _load_vm(remote, golden.artifact, golden.sha256, dev)
+        args = [tvm.runtime.tensor(golden.inputs[n], dev) for n in golden.input_names]
+        outputs = _outputs_to_numpy(vm["main"](*args))
+    except Exception as exc:
+        return one_line(exc)
+    _, _, problem = compare(outputs, list(golden.expected), golden.atol, golden.rtol)
+    return problem
+
+
 def measure_job(
     job: Job,
     build: Build,
@@ -152,10 +252,20 @@ def measure_job(
     tracker: str,
     attempt: int = 1,
     builds_in_flight: int | None = None,
+    *,
+    avoid: frozenset[str] = frozenset(),
+    prefer_not: frozenset[str] = frozenset(),
+    registration_wait_s: float | None = None,
+    golden: Any = None,
+    checked_boards: frozenset[str] = frozenset(),
 ) -> Run:
-    """Run one built job on a board of its key: check against the reference, then time it."""
+    """Run one built job on a board of its key: check against the reference, then time it.
+
+    ``avoid``/``prefer_not``/``registration_wait_s`` go to ``request_session``. With ``golden`` (an
+    orchestrator.health.GoldenModel), a board not in ``checked_boards`` first runs the golden model;
+    if that fails the job is not run and the attempt is an ``infra`` failure with ``health="failed"``.
+    """
     import tvm
-    from tvm import relax
 
     started = time.time()
     base: dict[str, Any] = {
@@ -165,10 +275,32 @@ def measure_job(
         "started_at": started,
     }
     settings = job.measure
+    # The artifact crossed Ray's object store (and maybe the disk cache) since it was built: check that
+    # the bytes about to run are the bytes the build recorded before anything reaches a board.
+    actual = hashlib.sha256(artifact).hexdigest()
+    if actual != build.artifact_sha256:
+        return Run(
+            status="infra",
+            finished_at=time.time(),
+            error=f"artifact sha256 {actual[:16]} does not match the build's {str(build.artifact_sha256)[:16]}: "
+            "corrupted between build and upload; not uploaded (resume rebuilds it)",
+            **base,
+        )
     try:
-        session = request_session(tracker, job.target.board_key, settings.device_wait_s, settings.session_timeout_s)
+        session = request_session(
+            tracker,
+            job.target.board_key,
+            settings.device_wait_s,
+            settings.session_timeout_s,
+            avoid=avoid,
+            prefer_not=prefer_not,
+            registration_wait_s=registration_wait_s,
+        )
     except NoBoardRegistered:
-        keys = registered_keys(tracker_summary(tracker))
+        try:
+            keys = registered_keys(tracker_summary(tracker))
+        except OSError:
+            keys = {}
         return Run(
             status="pending-device",
             finished_at=time.time(),
@@ -177,13 +309,17 @@ def measure_job(
             "`tvmbench sweep resume`",
             **base,
         )
-    except DeviceUnavailable:
-        keys = registered_keys(tracker_summary(tracker))
+    except DeviceUnavailable as exc:
+        try:
+            keys: Any = registered_keys(tracker_summary(tracker))
+        except OSError:
+            keys = "no answer from the tracker"
+        why = f" ({exc})" if str(exc) != job.target.board_key else ""
         return Run(
             status="device-unavailable",
             finished_at=time.time(),
             error=f"no board with key {job.target.board_key!r} became free within "
-            f"{settings.device_wait_s:g}s at tracker {tracker} (farm list shows {keys})",
+            f"{settings.device_wait_s:g}s at tracker {tracker}{why} (farm list shows {keys})",
             **base,
         )
     except Exception as exc:
@@ -205,11 +341,18 @@ def measure_job(
                 f"use a target preset for {board_arch} (tvmbench targets list)",
                 **base,
             )
-        name = f"tvmbench-{build.artifact_sha256[:16]}.so"
-        remote.upload(bytearray(artifact), name)
-        rlib = remote.load_module(name)
+        if golden is not None and session.board_id not in checked_boards:
+            problem = run_golden(remote, golden, job)
+            base["health"] = "failed" if problem else "ok"
+            if problem:
+                return Run(
+                    status="infra",
+                    finished_at=time.time(),
+                    error=f"{session.board_id} failed its health check (golden model {golden.name}): {problem}",
+                    **base,
+                )
         dev = _device(remote, job)
-        vm = relax.VirtualMachine(rlib, dev)
+        vm = _load_vm(remote, artifact, build.artifact_sha256, dev)
         args = [tvm.runtime.tensor(inputs[n], dev) for n, _, _ in job.model.inputs]
         outputs = _outputs_to_numpy(vm["main"](*args))
         max_abs, max_rel, problem = compare(outputs, reference, settings.atol, settings.rtol)

@@ -168,6 +168,7 @@ class Run:
     builds_in_flight: int | None = None  # builds running on this machine while timing (0 when fenced)
     equivalent_to: str | None = None  # job key whose identical program was measured instead
     board_facts: dict[str, Any] | None = None
+    health: str | None = None  # "ok" / "failed" when the board ran the golden model before this attempt
     started_at: float | None = None
     finished_at: float | None = None
 
