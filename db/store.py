@@ -358,7 +358,7 @@ class ResultStore:
     def board_states(self) -> dict[str, str]:
         """State (ok / suspect / quarantined) of every board the database knows."""
         with self._sessions() as s:
-            return dict(s.execute(select(m.Board.id, m.Board.state)).tuples())
+            return {board_id: state for board_id, state in s.execute(select(m.Board.id, m.Board.state))}
 
     def reset_board(self, board_ref: str) -> list[str]:
         """Put boards whose id starts with ``board_ref`` back to ``ok`` (ends a quarantine); returns their ids."""

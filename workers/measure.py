@@ -142,6 +142,7 @@ def request_session(
     deadline = start + deadline_s
     wait_registration = deadline_s if registration_wait_s is None else min(registration_wait_s, deadline_s)
     held: list[Session] = []
+    seen_board = False
     try:
         while True:
             remaining = deadline - time.monotonic()
@@ -150,7 +151,7 @@ def request_session(
                 if fallback is not None:
                     held.remove(fallback)
                     return fallback
-                raise DeviceUnavailable(key)
+                raise DeviceUnavailable(key) if seen_board else NoBoardRegistered(key)
             try:
                 boards = key_boards(tracker_summary(tracker, timeout_s=min(10.0, remaining)), key)
             except OSError:  # the tracker is restarting: ask again until the deadline
@@ -161,6 +162,7 @@ def request_session(
                     raise NoBoardRegistered(key)
                 time.sleep(min(0.5, max(remaining, 0)))
                 continue
+            seen_board = True
             usable = boards - avoid - {h.board_id for h in held}
             if not usable:
                 if fallback is not None:
@@ -263,7 +265,8 @@ def measure_job(
 
     ``avoid``/``prefer_not``/``registration_wait_s`` go to ``request_session``. With ``golden`` (an
     orchestrator.health.GoldenModel), a board not in ``checked_boards`` first runs the golden model;
-    if that fails the job is not run and the attempt is an ``infra`` failure with ``health="failed"``.
+    if that fails the job is not run and the attempt is an ``infra`` failure with ``health="failed"``
+    on that board. All board waits share one deadline, ``device_wait_s``.
     """
     import tvm
 
@@ -286,44 +289,65 @@ def measure_job(
             "corrupted between build and upload; not uploaded (resume rebuilds it)",
             **base,
         )
-    try:
-        session = request_session(
-            tracker,
-            job.target.board_key,
-            settings.device_wait_s,
-            settings.session_timeout_s,
-            avoid=avoid,
-            prefer_not=prefer_not,
-            registration_wait_s=registration_wait_s,
-        )
-    except NoBoardRegistered:
+    # A board not yet checked runs the golden model first, in a session of its own (a session that
+    # loaded one program failed loading a second here: kShutdown), then the job asks again.
+    checked = set(checked_boards)
+    wait_until = time.monotonic() + settings.device_wait_s
+    while True:
         try:
-            keys = registered_keys(tracker_summary(tracker))
-        except OSError:
-            keys = {}
-        return Run(
-            status="pending-device",
-            finished_at=time.time(),
-            error=f"no board with key {job.target.board_key!r} is registered with tracker {tracker} "
-            f"(farm list shows {keys or 'no boards'}); the build is kept: connect one and run "
-            "`tvmbench sweep resume`",
-            **base,
-        )
-    except DeviceUnavailable as exc:
-        try:
-            keys: Any = registered_keys(tracker_summary(tracker))
-        except OSError:
-            keys = "no answer from the tracker"
-        why = f" ({exc})" if str(exc) != job.target.board_key else ""
-        return Run(
-            status="device-unavailable",
-            finished_at=time.time(),
-            error=f"no board with key {job.target.board_key!r} became free within "
-            f"{settings.device_wait_s:g}s at tracker {tracker}{why} (farm list shows {keys})",
-            **base,
-        )
-    except Exception as exc:
-        return Run(status="infra", error=f"tracker {tracker}: {one_line(exc)}", finished_at=time.time(), **base)
+            session = request_session(
+                tracker,
+                job.target.board_key,
+                max(0.1, wait_until - time.monotonic()),
+                settings.session_timeout_s,
+                avoid=avoid,
+                prefer_not=prefer_not,
+                registration_wait_s=registration_wait_s,
+            )
+        except NoBoardRegistered:
+            try:
+                keys = registered_keys(tracker_summary(tracker))
+            except OSError:
+                keys = {}
+            return Run(
+                status="pending-device",
+                finished_at=time.time(),
+                error=f"no board with key {job.target.board_key!r} is registered with tracker {tracker} "
+                f"(farm list shows {keys or 'no boards'}); the build is kept: connect one and run "
+                "`tvmbench sweep resume`",
+                **base,
+            )
+        except DeviceUnavailable as exc:
+            try:
+                keys: Any = registered_keys(tracker_summary(tracker))
+            except OSError:
+                keys = "no answer from the tracker"
+            why = f" ({exc})" if str(exc) != job.target.board_key else ""
+            return Run(
+                status="device-unavailable",
+                finished_at=time.time(),
+                error=f"no board with key {job.target.board_key!r} became free within "
+                f"{settings.device_wait_s:g}s at tracker {tracker}{why} (farm list shows {keys})",
+                **base,
+            )
+        except Exception as exc:
+            return Run(status="infra", error=f"tracker {tracker}: {one_line(exc)}", finished_at=time.time(), **base)
+        if golden is None or session.board_id in checked:
+            break
+        board_id, facts = session.board_id, board_facts(session.remote)
+        problem = run_golden(session.remote, golden, job)
+        del session  # closes the golden model's session
+        base["health"] = "failed" if problem else "ok"
+        if problem:
+            return Run(
+                status="infra",
+                board_id=board_id,
+                board_facts=facts,
+                finished_at=time.time(),
+                error=f"{board_id} failed its health check (golden model {golden.name}): {problem}",
+                **base,
+            )
+        checked.add(board_id)
 
     remote = session.remote
     base["board_id"] = session.board_id
@@ -341,16 +365,6 @@ def measure_job(
                 f"use a target preset for {board_arch} (tvmbench targets list)",
                 **base,
             )
-        if golden is not None and session.board_id not in checked_boards:
-            problem = run_golden(remote, golden, job)
-            base["health"] = "failed" if problem else "ok"
-            if problem:
-                return Run(
-                    status="infra",
-                    finished_at=time.time(),
-                    error=f"{session.board_id} failed its health check (golden model {golden.name}): {problem}",
-                    **base,
-                )
         dev = _device(remote, job)
         vm = _load_vm(remote, artifact, build.artifact_sha256, dev)
         args = [tvm.runtime.tensor(inputs[n], dev) for n, _, _ in job.model.inputs]
