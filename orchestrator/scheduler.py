@@ -163,6 +163,7 @@ class _Sweep:
         measure_queue: list[tuple[Job, int]] = []  # (leader job, attempt)
         leaders: dict[str, Job] = {}  # equivalence key -> leader job
         followers: dict[str, list[Job]] = defaultdict(list)  # leader job key -> jobs with the same program
+        stored: dict[str, Run] = {}  # leader job key -> its stored outcome
         in_flight: dict[Any, tuple[str, Any]] = {}  # object ref -> ("build", build_key) | ("measure", (job, n))
 
         def enqueue(build_key: str) -> None:
@@ -174,7 +175,13 @@ class _Sweep:
                     continue
                 same = canonical_hash([build.fingerprint, job.target.board_key, asdict(job.measure)])
                 if same in leaders:
-                    followers[leaders[same].key].append(job)
+                    leader = leaders[same]
+                    if leader.key in stored:
+                        # The leader's outcome is already stored (this build finished after its
+                        # measurement): copy it now, or this job would never get a final row.
+                        self._store_outcome(leader, stored[leader.key], outcome, [job], leader_stored=True)
+                    else:
+                        followers[leader.key].append(job)
                 else:
                     leaders[same] = job
                     measure_queue.append((job, self.store.next_attempt(self.sweep_id, job.key)))
@@ -231,7 +238,8 @@ class _Sweep:
                     measure_queue.append((job, attempt + 1))
                     self.progress("retry", dict(self.counts))
                     continue
-                self._store_outcome(job, run, outcome, followers.get(job.key, []))
+                self._store_outcome(job, run, outcome, followers.pop(job.key, []))
+                stored[job.key] = run
 
     # --- faults -------------------------------------------------------------------------------
 
@@ -333,11 +341,14 @@ class _Sweep:
                 job_key=job.key, attempt=attempt, status="infra", error=f"measurement task failed: {one_line(exc)}"
             )
 
-    def _store_outcome(self, job: Job, run: Run, outcome: SweepOutcome, same_program: list[Job]) -> None:
+    def _store_outcome(
+        self, job: Job, run: Run, outcome: SweepOutcome, same_program: list[Job], leader_stored: bool = False
+    ) -> None:
         final = run.status not in PENDING_STATUSES
-        self.store.record_run(self.sweep_id, run, final=final)
-        outcome.measured += 1
-        self._count(outcome, run.status)
+        if not leader_stored:
+            self.store.record_run(self.sweep_id, run, final=final)
+            outcome.measured += 1
+            self._count(outcome, run.status)
         for other in same_program:
             copy = Run(
                 **{
