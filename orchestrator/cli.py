@@ -305,13 +305,11 @@ def sweep_cancel(
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and store.sweep_status(sweep.id) == "cancelling":
             time.sleep(0.2)
-    cancelled = 0
-    if store.sweep_status(sweep.id) != "cancelled":
-        cancelled = store.cancel_pending_jobs(sweep.id, "cancelled by `tvmbench sweep cancel`")
+    if store.sweep_status(sweep.id) != "cancelled":  # no driver (or a dead one): mark the rest here
+        store.cancel_pending_jobs(sweep.id, "cancelled by `tvmbench sweep cancel`")
     statuses = store.job_statuses(sweep.id)
     done = sum(1 for s in statuses.values() if s == "cancelled")
     console.print(f"sweep {sweep.id} cancelled: {done} job(s) cancelled, {len(statuses) - done} kept their result")
-    del cancelled
 
 
 # --- results ----------------------------------------------------------------------------------------

@@ -71,8 +71,8 @@ def assert_reconciled(store: ResultStore, sweep_id: str, planned: int) -> None:
 def test_driver_killed_then_resume_finishes_only_what_is_missing(tmp_path: Path, models_dir: Path, home: Path) -> None:
     sweep = write_sweep(
         tmp_path,
-        f'[[models]]\npath = "{models_dir}/tiny_mlp.onnx"\n[axes]\nexecutor = ["vm-bytecode", "vm-compiled"]\nopt_level = [0, 2]\n'
-        + QUICK,
+        f'[[models]]\npath = "{models_dir}/tiny_mlp.onnx"\n'
+        '[axes]\nexecutor = ["vm-bytecode", "vm-compiled"]\nopt_level = [0, 2]\n' + QUICK,
     )
     spec = load_spec(sweep)
     db = home / "results.db"
