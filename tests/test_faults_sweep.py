@@ -283,3 +283,35 @@ def test_ray_dashboard_is_not_started(ray_local: None) -> None:
     node = ray._private.worker.global_worker.node
     assert not node.address_info.get("webui_url"), node.address_info
     assert os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") == "0"
+
+
+def test_cancel_without_a_driver_marks_the_rest_and_keeps_results(tmp_path: Path, models_dir: Path) -> None:
+    from workers.records import Run
+
+    store = ResultStore(f"sqlite:///{tmp_path / 'c.db'}")
+    spec = load_spec(
+        write_sweep(tmp_path, f'[[models]]\npath = "{models_dir}/tiny_mlp.onnx"\n[axes]\nopt_level = [0, 1, 2]\n')
+    )
+    jobs = plan_jobs(spec)
+    store.begin_sweep(
+        spec.sweep_id,
+        name="c",
+        label="",
+        source="",
+        source_path="",
+        jobs=jobs,
+        model_sizes={jobs[0].model.sha256: 1},
+        tvm_version="test",
+    )
+    store.record_run(spec.sweep_id, Run(job_key=jobs[0].key, attempt=1, status="ok"), final=True)
+    store.finish_sweep(spec.sweep_id, "incomplete")  # its driver is gone
+    result = CliRunner().invoke(app, ["sweep", "cancel", spec.sweep_id, "--db", store.url, "--wait", "0"])
+    assert result.exit_code == 0 and "2 job(s) cancelled, 1 kept" in result.output, result.output
+    statuses = store.job_statuses(spec.sweep_id)
+    assert sorted(statuses.values()) == ["cancelled", "cancelled", "ok"]
+    # A late result for a cancelled job is kept as an attempt but never becomes a second outcome.
+    store.record_run(spec.sweep_id, Run(job_key=jobs[1].key, attempt=1, status="ok"), final=True)
+    assert store.job_statuses(spec.sweep_id)[jobs[1].key] == "cancelled"
+    assert [r["attempt"] for r in store.job_detail(jobs[1].key, spec.sweep_id)["runs"]] == [1]
+    assert store.get_sweep(spec.sweep_id).status == "cancelled"
+    store.close()
