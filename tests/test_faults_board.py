@@ -222,3 +222,10 @@ def test_failing_golden_model_quarantines_board_until_reset(
     result = CliRunner().invoke(app, ["farm", "reset", victim, "--db", store.url])
     assert result.exit_code == 0 and victim in result.output, result.output
     assert store.board_states()[victim] == "ok"
+
+
+def test_multi_output_model_is_not_mistaken_for_a_board_failure(local_farm: LocalFarm) -> None:
+    """A tuple result over RPC used to come back opaque and end as `infra`, making healthy boards suspect."""
+    two = _build("two_outputs", model_zoo.two_outputs(), (1, 8), MeasureSettings(number=1, repeat=1))
+    run = _measure(two, local_farm.tracker)
+    assert run.status == "ok" and run.max_abs_err is not None and run.max_abs_err < 1e-4, run

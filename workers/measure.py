@@ -6,6 +6,7 @@ with an error kind (MetaSchedule's RPCRunner does the same), never as an excepti
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -205,6 +206,17 @@ def _outputs_to_numpy(out: Any) -> list[np.ndarray]:
     return flat
 
 
+def _run_outputs(vm: Any, args: list[Any]) -> list[np.ndarray]:
+    """Run "main" once and fetch its outputs as numpy arrays.
+
+    Over RPC a tuple result comes back as an opaque RPCObjectRef (calling ``vm["main"]`` directly made
+    every multi-output model fail); the stateful interface hands the outputs back one by one.
+    """
+    vm.set_input("main", *args)
+    vm.invoke_stateful("main")
+    return _outputs_to_numpy(vm.get_outputs("main"))
+
+
 def _classify(exc: BaseException) -> str:
     text = str(exc)
     if "RPCSessionTimeoutError" in text or "session has expired" in text:
@@ -238,7 +250,7 @@ def run_golden(remote: Any, golden: Any, job: Job) -> str | None:
         dev = _device(remote, job)
         vm = _load_vm(remote, golden.artifact, golden.sha256, dev)
         args = [tvm.runtime.tensor(golden.inputs[n], dev) for n in golden.input_names]
-        outputs = _outputs_to_numpy(vm["main"](*args))
+        outputs = _run_outputs(vm, args)
     except Exception as exc:
         return one_line(exc)
     _, _, problem = compare(outputs, list(golden.expected), golden.atol, golden.rtol)
@@ -337,6 +349,7 @@ def measure_job(
         board_id, facts = session.board_id, board_facts(session.remote)
         problem = run_golden(session.remote, golden, job)
         del session  # closes the golden model's session
+        gc.collect()
         base["health"] = "failed" if problem else "ok"
         if problem:
             return Run(
@@ -368,7 +381,7 @@ def measure_job(
         dev = _device(remote, job)
         vm = _load_vm(remote, artifact, build.artifact_sha256, dev)
         args = [tvm.runtime.tensor(inputs[n], dev) for n, _, _ in job.model.inputs]
-        outputs = _outputs_to_numpy(vm["main"](*args))
+        outputs = _run_outputs(vm, args)
         max_abs, max_rel, problem = compare(outputs, reference, settings.atol, settings.rtol)
         if problem:
             return Run(
@@ -410,3 +423,6 @@ def measure_job(
     finally:
         # Dropping the last reference closes the session; the server then removes the uploaded file.
         del remote, session
+        # The stateful VM interface leaves reference cycles that would keep the session (and so the
+        # board) busy until Python's next collection.
+        gc.collect()
