@@ -58,6 +58,7 @@ class ChaosReport:
     duplicate_keys: int = 0
     statuses: Counter = field(default_factory=Counter)
     attempts: int = 0
+    interrupted_attempts: int = 0  # attempts that ended `infra` (the board or session died under them)
     retried_jobs: int = 0
     bad_attempt_numbers: int = 0
     faults: list[str] = field(default_factory=list)
@@ -72,7 +73,8 @@ class ChaosReport:
     def lines(self) -> list[str]:
         return [
             f"sweep {self.sweep_id}: {self.jobs_accepted} jobs accepted, {self.final_rows} final rows "
-            f"({dict(self.statuses)}), {self.attempts} attempts, {self.retried_jobs} jobs retried",
+            f"({dict(self.statuses)}), {self.attempts} attempts ({self.interrupted_attempts} interrupted), "
+            f"{self.retried_jobs} jobs retried",
             f"faults injected: {len(self.faults)} ({'; '.join(self.faults)})",
             f"duplicate job keys: {self.duplicate_keys}; jobs with attempts not numbered 1..n: "
             f"{self.bad_attempt_numbers}",
@@ -93,11 +95,15 @@ def _final_count(db: Path, sweep_id: str) -> int:
         return 0
 
 
-def _board_in_session(farm: LocalFarm) -> BoardProcess | None:
+def board_in_session(farm: LocalFarm) -> BoardProcess | None:
+    """A board serving an RPC session now: a client connection to its port is established."""
     for board in farm.boards:
         try:
-            if psutil.Process(board.pid).children():
-                return board
+            leader = psutil.Process(board.pid)
+            for proc in [leader, *leader.children(recursive=True)]:
+                for conn in proc.net_connections("inet"):
+                    if conn.status == psutil.CONN_ESTABLISHED and conn.laddr.port == board.port:
+                        return board
         except psutil.NoSuchProcess:
             continue
     return None
@@ -108,16 +114,18 @@ def reconcile(db: Path, sweep_id: str, report: ChaosReport) -> None:
     with sqlite3.connect(db) as conn:
         jobs = conn.execute("SELECT id, job_key, status FROM jobs WHERE sweep_id = ?", (sweep_id,)).fetchall()
         runs = conn.execute(
-            "SELECT r.job_id, r.attempt FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.sweep_id = ?", (sweep_id,)
+            "SELECT r.job_id, r.attempt, r.status FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.sweep_id = ?",
+            (sweep_id,),
         ).fetchall()
     report.jobs_accepted = len(jobs)
     report.final_rows = sum(1 for _, _, status in jobs if status in FINAL_STATUSES)
     report.duplicate_keys = len(jobs) - len({key for _, key, _ in jobs})
     report.statuses = Counter(status for _, _, status in jobs)
     by_job: dict[int, list[int]] = {}
-    for job_id, attempt in runs:
+    for job_id, attempt, _ in runs:
         by_job.setdefault(job_id, []).append(attempt)
     report.attempts = len(runs)
+    report.interrupted_attempts = sum(1 for _, _, status in runs if status == "infra")
     report.retried_jobs = sum(1 for a in by_job.values() if len(a) > 1)
     report.bad_attempt_numbers = sum(1 for a in by_job.values() if sorted(a) != list(range(1, len(a) + 1)))
 
@@ -150,7 +158,7 @@ def run_chaos(workdir: Path, log: Callable[[str], None] = print, timeout_s: floa
         try:
             wait_until(lambda: _final_count(db, spec.sweep_id) >= 1, timeout_s, "the first final row")
             try:  # kill a board while it serves a session
-                victim = wait_until(lambda: _board_in_session(farm), 60, "a board in session", interval_s=0.02)
+                victim = wait_until(lambda: board_in_session(farm), 60, "a board in session", interval_s=0.02)
             except FarmError:
                 victim = farm.boards[0]
             os.killpg(victim.pid, signal.SIGKILL)

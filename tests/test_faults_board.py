@@ -14,10 +14,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
 from typer.testing import CliRunner
 
+from benchmarks.chaos_report import board_in_session
 from db.store import QUARANTINE_AFTER, ResultStore
 from orchestrator.cli import app
 from orchestrator.farm import LocalFarm, wait_until
@@ -88,20 +88,12 @@ def _in_thread(fn) -> tuple[threading.Thread, list]:
     return thread, box
 
 
-def _board_in_session(farm: LocalFarm) -> object:
-    """The board whose agent serves a session now (the RPC server forks a child per session)."""
-    for board in farm.boards:
-        if psutil.Process(board.pid).children():
-            return board
-    return None
-
-
 def test_board_killed_mid_run_is_infra_and_retry_runs_on_another_board(
     farm2: LocalFarm, slow: Built, tiny: Built, store: ResultStore
 ) -> None:
     started = time.monotonic()
     thread, box = _in_thread(lambda: _measure(slow, farm2.tracker))
-    victim = wait_until(lambda: _board_in_session(farm2), 30, "a board to start the measurement")
+    victim = wait_until(lambda: board_in_session(farm2), 30, "a board to start the measurement")
     os.killpg(victim.pid, signal.SIGKILL)  # the agent and its session child, no warning
     thread.join(slow.job.measure.session_timeout_s)
     assert box, "the measurement did not return within the session deadline"
