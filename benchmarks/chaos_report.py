@@ -37,7 +37,7 @@ path = "models/tiny_mlp.onnx"
 [[models]]
 path = "models/tiny_cnn.onnx"
 [[models]]
-path = "models/tiny_cnn_b.onnx"
+path = "models/slow_matmul.onnx"
 [axes]
 executor = ["vm-bytecode", "vm-compiled"]
 opt_level = [0, 2]
@@ -109,6 +109,20 @@ def board_in_session(farm: LocalFarm) -> BoardProcess | None:
     return None
 
 
+_session_seen: dict[int, float] = {}
+
+
+def _long_session(farm: LocalFarm, min_s: float = 0.5) -> BoardProcess | None:
+    """A board whose current session has lasted at least ``min_s``."""
+    board = board_in_session(farm)
+    now = time.monotonic()
+    if board is None:
+        _session_seen.clear()
+        return None
+    first = _session_seen.setdefault(board.pid, now)
+    return board if now - first >= min_s else None
+
+
 def reconcile(db: Path, sweep_id: str, report: ChaosReport) -> None:
     """Fill ``report`` from the database: the reconciliation invariant's figures."""
     with sqlite3.connect(db) as conn:
@@ -137,7 +151,8 @@ def run_chaos(workdir: Path, log: Callable[[str], None] = print, timeout_s: floa
     models.mkdir(parents=True, exist_ok=True)
     onnx.save(model_zoo.tiny_mlp(), models / "tiny_mlp.onnx")
     onnx.save(model_zoo.tiny_cnn(), models / "tiny_cnn.onnx")
-    onnx.save(model_zoo.tiny_cnn(seed=1), models / "tiny_cnn_b.onnx")
+    # About a second per inference: its sessions are long enough to be killed in the middle.
+    onnx.save(model_zoo.slow_matmul(n=384, chain=4), models / "slow_matmul.onnx")
     sweep_path = workdir / "chaos.toml"
     sweep_path.write_text(SWEEP)
     spec = load_spec(sweep_path)
@@ -157,8 +172,8 @@ def run_chaos(workdir: Path, log: Callable[[str], None] = print, timeout_s: floa
             )
         try:
             wait_until(lambda: _final_count(db, spec.sweep_id) >= 1, timeout_s, "the first final row")
-            try:  # kill a board while it serves a session
-                victim = wait_until(lambda: board_in_session(farm), 60, "a board in session", interval_s=0.02)
+            try:  # kill a board that has served one session for a while: a measurement, not a handshake
+                victim = wait_until(lambda: _long_session(farm), timeout_s, "a long session", interval_s=0.05)
             except FarmError:
                 victim = farm.boards[0]
             os.killpg(victim.pid, signal.SIGKILL)
