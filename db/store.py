@@ -29,6 +29,7 @@ from db import models as m
 from workers import records
 
 T = TypeVar("T")
+QUARANTINE_AFTER = 3  # infra/timeout failures in a row before a board is quarantined (see orchestrator/health.py)
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
@@ -316,6 +317,8 @@ class ResultStore:
 
         def write(s: Session) -> None:
             row = self._job_row(s, sweep_id, job_key)
+            if row.status not in records.PENDING_STATUSES:
+                return  # already final: a job never gets a second outcome
             row.status, row.error, row.finished_at = status, error, _now()
 
         self._write(write)
@@ -357,7 +360,9 @@ class ResultStore:
             if insert_ignore(s, m.Run, values, ["job_id", "attempt"]) and run.board_id:
                 self._touch_board(s, run)
             row = s.scalars(select(m.Run).where(m.Run.job_id == job.id, m.Run.attempt == run.attempt)).one()
-            if final:
+            if job.status not in records.PENDING_STATUSES:
+                pass  # already final (e.g. cancelled meanwhile): the attempt is kept, the outcome is not replaced
+            elif final:
                 job.status, job.error, job.final_run_id = run.status, run.error, row.id
                 job.equivalent_to, job.finished_at = run.equivalent_to, _now()
             elif run.status in records.PENDING_STATUSES:
@@ -388,12 +393,72 @@ class ResultStore:
         board.emulated = bool(facts.get("emulated", run.emulated))
         board.facts = facts or board.facts
         board.last_seen = _now()
+        if run.health == "ok":  # the golden model ran correctly just before this attempt
+            board.consecutive_failures = 0
+            if board.state == "suspect":
+                board.state = "ok"
         if run.status in ("ok", "wrong-result"):
             board.consecutive_failures = 0
+            if board.state == "suspect":
+                board.state = "ok"
         elif run.status in ("infra", "timeout"):
             board.consecutive_failures = (board.consecutive_failures or 0) + 1
-            board.state = "suspect"
+            if board.state != "quarantined":
+                board.state = "quarantined" if board.consecutive_failures >= QUARANTINE_AFTER else "suspect"
         s.flush()
+
+    def board_states(self) -> dict[str, str]:
+        """State (ok / suspect / quarantined) of every board the database knows."""
+        with self._sessions() as s:
+            return {board_id: state for board_id, state in s.execute(select(m.Board.id, m.Board.state))}
+
+    def reset_board(self, board_ref: str) -> list[str]:
+        """Put boards whose id starts with ``board_ref`` back to ``ok`` (ends a quarantine); returns their ids."""
+
+        def write(s: Session) -> list[str]:
+            boards = list(s.scalars(select(m.Board).where(m.Board.id.startswith(board_ref))))
+            for board in boards:
+                board.state, board.consecutive_failures = "ok", 0
+            return [b.id for b in boards]
+
+        return self._write(write)
+
+    # --- cancel ---------------------------------------------------------------------------------
+
+    def request_cancel(self, sweep_id: str) -> str | None:
+        """Flag a sweep for cancelling; returns its status before (None if unknown).
+
+        A running driver polls the flag (``sweep status == "cancelling"``) between events.
+        """
+
+        def write(s: Session) -> str | None:
+            sweep = s.get(m.Sweep, sweep_id)
+            if sweep is None:
+                return None
+            before = sweep.status
+            if before in ("running", "incomplete", "cancelling"):
+                sweep.status = "cancelling"
+            return before
+
+        return self._write(write)
+
+    def sweep_status(self, sweep_id: str) -> str | None:
+        with self._sessions() as s:
+            return s.scalar(select(m.Sweep.status).where(m.Sweep.id == sweep_id))
+
+    def cancel_pending_jobs(self, sweep_id: str, reason: str) -> int:
+        """Mark every job of the sweep without a final row ``cancelled`` and the sweep cancelled."""
+
+        def write(s: Session) -> int:
+            rows = list(
+                s.scalars(select(m.Job).where(m.Job.sweep_id == sweep_id, m.Job.status.in_(records.PENDING_STATUSES)))
+            )
+            for row in rows:
+                row.status, row.error, row.finished_at = "cancelled", reason, _now()
+            s.execute(update(m.Sweep).where(m.Sweep.id == sweep_id).values(status="cancelled", finished_at=_now()))
+            return len(rows)
+
+        return self._write(write)
 
     def next_attempt(self, sweep_id: str, job_key: str) -> int:
         with self._sessions() as s:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -134,6 +136,7 @@ def _farm_for_run(tracker: str | None, boards: int, board_keys: set[str] | None 
     if address:
         yield address
         return
+    _reap_stale_farms(home)
     wanted: dict[str, int] = {"host": boards}
     roots: dict[str, str] = {}
     for key in sorted((board_keys or set()) & set(farm_mod.EMULATED_BOARDS)):
@@ -148,11 +151,31 @@ def _farm_for_run(tracker: str | None, boards: int, board_keys: set[str] | None 
         wanted[key] = 1
     described = ", ".join(f"{n} {k}" for k, n in wanted.items())
     err.print(f"[dim]no farm configured: starting a local tracker and board(s) {described} on 127.0.0.1[/]")
-    local = farm_mod.LocalFarm.start(home / "logs" / "ephemeral-farm", wanted, board_roots=roots)
+    # Its processes die with this driver even on SIGKILL (PR_SET_PDEATHSIG), and are recorded in a pid
+    # file so that the next run or resume stops anything a killed driver left behind.
+    local = farm_mod.LocalFarm.start(home / "logs" / "ephemeral-farm", wanted, board_roots=roots, die_with_parent=True)
+    pid_file = home / "run" / f"ephemeral-farm-{os.getpid()}.json"
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    pid_file.write_text(json.dumps({"driver_pid": os.getpid(), "farm": local.to_json()}))
     try:
         yield local.tracker
     finally:
         local.stop()
+        pid_file.unlink(missing_ok=True)
+
+
+def _reap_stale_farms(home: Path) -> None:
+    """Stop ephemeral farms whose driver died (a pid file left in TVMBENCH_HOME/run)."""
+    for pid_file in (home / "run").glob("ephemeral-farm-*.json"):
+        try:
+            data = json.loads(pid_file.read_text())
+            os.kill(int(data["driver_pid"]), 0)
+            continue  # that driver is alive: its farm is in use
+        except ProcessLookupError:
+            farm_mod.LocalFarm.from_json(data["farm"]).stop()
+        except (OSError, ValueError, KeyError):
+            pass
+        pid_file.unlink(missing_ok=True)
 
 
 def _progress_bar():
@@ -397,17 +420,57 @@ def sweep_logs_cmd(
 
 
 @sweep_app.command("cancel")
-def sweep_cancel(sweep_id: str, ray_address: ClusterOpt, db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """Stop a submitted sweep. Finished jobs keep their rows; the rest stay pending: submit again to finish them."""
-    from orchestrator.submit import cancel_sweep
+def sweep_cancel(
+    sweep_id: str,
+    db: DbOpt = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            envvar="TVMBENCH_RAY_ADDRESS",
+            help="Cluster of a submitted sweep: stop its Ray job (unfinished jobs stay pending; submit it again).",
+        ),
+    ] = None,
+    wait: Annotated[float, typer.Option(help="Seconds to wait for a running driver to stop its jobs.")] = 30.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel a sweep: its driver closes sessions and frees boards; jobs without a result become `cancelled`.
 
-    store = _store(db) if db else None
-    outcome = _submit_call(cancel_sweep, sweep_id, ray_address=ray_address, store=store)
-    if as_json:
-        _print_json(outcome)
+    With --ray-address (a submitted sweep), the sweep's Ray job is stopped instead and its unfinished
+    jobs stay pending, so submitting the same file again finishes them.
+    """
+    if ray_address:
+        from orchestrator.submit import cancel_sweep
+
+        store = _store(db) if db else None
+        outcome = _submit_call(cancel_sweep, sweep_id, ray_address=ray_address, store=store)
+        if as_json:
+            _print_json(outcome)
+            return
+        what = "stopped" if outcome["stopped"] else "had already ended"
+        console.print(f"sweep {outcome['sweep_id']}: Ray job {outcome['submission_id']} {what}")
         return
-    what = "stopped" if outcome["stopped"] else "had already ended"
-    console.print(f"sweep {outcome['sweep_id']}: Ray job {outcome['submission_id']} {what}")
+    store = _store(db)
+    sweep = store.get_sweep(sweep_id)
+    if sweep is None:
+        fail(f"no sweep {sweep_id!r} in {store.url}; `tvmbench results sweeps` lists them")
+    before = store.request_cancel(sweep.id)
+    if before in ("complete", "cancelled"):
+        console.print(f"sweep {sweep.id} is already {before}: nothing to cancel")
+        return
+    if before in ("running", "cancelling"):
+        # A driver polls the flag between events; a driver that was killed never answers.
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and store.sweep_status(sweep.id) == "cancelling":
+            time.sleep(0.2)
+    if store.sweep_status(sweep.id) != "cancelled":  # no driver (or a dead one): mark the rest here
+        store.cancel_pending_jobs(sweep.id, "cancelled by `tvmbench sweep cancel`")
+    statuses = store.job_statuses(sweep.id)
+    done = sum(1 for s in statuses.values() if s == "cancelled")
+    if as_json:
+        _print_json({"sweep_id": sweep.id, "cancelled": done, "kept": len(statuses) - done})
+        return
+    console.print(f"sweep {sweep.id} cancelled: {done} job(s) cancelled, {len(statuses) - done} kept their result")
 
 
 # --- results ----------------------------------------------------------------------------------------
@@ -844,6 +907,15 @@ def farm_list(
     report.simple_table(
         console, [{k: v for k, v in r.items() if k != "facts"} for r in rows], title=f"farm at {address}"
     )
+
+
+@farm_app.command("reset")
+def farm_reset(board: str, db: DbOpt = None) -> None:
+    """End a board's quarantine (BOARD: its id from `farm list`, or a prefix): it gets work again."""
+    ids = _store(db).reset_board(board)
+    if not ids:
+        fail(f"no board {board!r} in the results database; `tvmbench farm list` shows the board ids")
+    console.print(f"reset to ok (health check runs before its next job): {', '.join(ids)}")
 
 
 # --- targets and db ---------------------------------------------------------------------------------

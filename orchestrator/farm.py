@@ -52,12 +52,28 @@ def wait_until(condition: Any, timeout_s: float, what: str, interval_s: float = 
     raise FarmError(f"timed out after {timeout_s:g}s waiting for {what}" + (f" ({last_exc})" if last_exc else ""))
 
 
-def _spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGKILL when the process that started it dies (Linux prctl)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _spawn(
+    cmd: list[str], log: Path, env: dict[str, str] | None = None, die_with_parent: bool = False
+) -> subprocess.Popen:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         # A session of its own, so that stopping it also stops the RPC server's forked workers.
         return subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+            preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None,
         )
 
 
@@ -81,6 +97,11 @@ def stop_pid(pid: int, timeout_s: float = 5.0) -> None:
             if waited == pid:
                 return
             time.sleep(0.05)
+
+
+def _tracker_cmd(host: str, port: int) -> list[str]:
+    port_range = ["--port", str(port), "--port-end", str(port + 1)]
+    return [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", host, *port_range, "--silent"]
 
 
 @dataclass
@@ -187,6 +208,7 @@ class LocalFarm:
     boards: list[BoardProcess] = field(default_factory=list)
     log_dir: str = ""
     board_roots: dict[str, str] = field(default_factory=dict)  # emulated board key -> provisioned root
+    die_with_parent: bool = False  # an ephemeral farm dies with the driver that started it, even by SIGKILL
 
     @property
     def tracker(self) -> str:
@@ -201,6 +223,7 @@ class LocalFarm:
         tracker_port: int | None = None,
         timeout_s: float = 60.0,
         board_roots: dict[str, str] | None = None,
+        die_with_parent: bool = False,
     ) -> LocalFarm:
         """Start a tracker and ``boards`` ({key: count}, default one "host" board); wait until registered.
 
@@ -211,22 +234,17 @@ class LocalFarm:
             print(f"warning: farm listening on {host}: {RPC_WARNING}", file=sys.stderr)
         port = tracker_port or free_port(host)
         proc = _spawn(
-            [
-                sys.executable,
-                "-m",
-                "tvm.exec.rpc_tracker",
-                "--host",
-                host,
-                "--port",
-                str(port),
-                "--port-end",
-                str(port + 1),
-                "--silent",
-            ],
+            _tracker_cmd(host, port),
             log_dir / "tracker.log",
+            die_with_parent=die_with_parent,
         )
         farm = cls(
-            tracker_port=port, tracker_pid=proc.pid, host=host, log_dir=str(log_dir), board_roots=board_roots or {}
+            tracker_port=port,
+            tracker_pid=proc.pid,
+            host=host,
+            log_dir=str(log_dir),
+            board_roots=board_roots or {},
+            die_with_parent=die_with_parent,
         )
         try:
             wait_until(
@@ -244,12 +262,23 @@ class LocalFarm:
             raise
         return farm
 
+    def restart_tracker(self, timeout_s: float = 60.0) -> None:
+        """Stop the tracker and start a new one on the same port (boards re-register by themselves)."""
+        stop_pid(self.tracker_pid)
+        proc = _spawn(
+            _tracker_cmd(self.host, self.tracker_port),
+            Path(self.log_dir) / "tracker.log",
+            die_with_parent=self.die_with_parent,
+        )
+        self.tracker_pid = proc.pid
+        wait_until(lambda: tracker_summary(self.tracker, timeout_s=2) is not None, timeout_s, f"tracker {self.tracker}")
+
     def add_board(self, key: str = "host", *, wait: bool = True, timeout_s: float = 60.0) -> BoardProcess:
         """Start one board agent on this machine registered under ``key``."""
         port = free_port(self.host)
         root = self.board_roots.get(key)
         cmd = board_command(key, self.tracker, self.host, port, Path(root) if root else None)
-        proc = _spawn(cmd, Path(self.log_dir) / f"board-{key}-{port}.log")
+        proc = _spawn(cmd, Path(self.log_dir) / f"board-{key}-{port}.log", die_with_parent=self.die_with_parent)
         board = BoardProcess(key=key, port=port, pid=proc.pid)
         self.boards.append(board)
         if wait:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -25,9 +26,10 @@ from workers.artifacts import ArtifactCache
 from workers.compile import one_line, tvm_versions
 from workers.measure import tracker_summary
 from workers.onnx_model import seeded_inputs
-from workers.records import PENDING_STATUSES, Build, Job, Run, canonical_hash
+from workers.records import EXECUTORS, PENDING_STATUSES, Build, Job, Run, canonical_hash
 from workers.reference import reference_outputs
 
+CANCEL_POLL_S = 0.5  # how often a running sweep looks at its cancel flag
 MAX_ATTEMPTS = 2  # an `infra` failure (board died) is retried once, on another board if the key has one
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 
@@ -141,6 +143,7 @@ class _Sweep:
         progress: ProgressFn | None,
         max_builds: int | None,
         farm_resource: str | None = None,
+        health_checks: bool = True,
     ) -> None:
         import ray
 
@@ -157,6 +160,15 @@ class _Sweep:
         self.model_refs = {sha: ray.put(data) for sha, data in self.model_data.items()}
         self.references: dict[tuple[str, int], tuple[dict[str, np.ndarray], list[np.ndarray]]] = {}
         self.counts: Counter = Counter()
+        # Board health (orchestrator/health.py): boards that ran the golden model (or a job) correctly in
+        # this sweep, boards each job failed on (its retry prefers another), keys found with no board.
+        self.checked_boards: set[str] = set()
+        self.failed_on: dict[str, set[str]] = defaultdict(set)
+        self.unregistered_keys: set[str] = set()
+        self.goldens: dict[tuple[str, str], Any] = {}
+        self.health_checks = health_checks
+        self.cancelled = False
+        self._cancel_polled = 0.0
 
     # --- queues -------------------------------------------------------------------------------
 
@@ -236,9 +248,15 @@ class _Sweep:
                 job = by_build[build_key][0]
                 ref = self.build_fn.remote(job, self.model_refs[job.model.sha256])
                 in_flight[ref] = ("build", build_key)
+            if self._cancel_requested():
+                self._cancel(in_flight, outcome)
+                return
             if not in_flight:
                 continue
-            done, _ = ray.wait(list(in_flight), num_returns=1)
+            # A bounded wait, so that a cancel request is seen while a long measurement runs.
+            done, _ = ray.wait(list(in_flight), num_returns=1, timeout=CANCEL_POLL_S)
+            if not done:
+                continue
             kind, item = in_flight.pop(done[0])
             if kind == "build":
                 self._finish_build(item, by_build[item][0], done[0], outcome)
@@ -246,6 +264,7 @@ class _Sweep:
             else:
                 job, attempt = item
                 run = self._finish_measure(job, attempt, done[0])
+                self._note_board(job, run)
                 if run.status == "infra" and attempt < MAX_ATTEMPTS:
                     self.store.record_run(self.sweep_id, run, final=False)
                     measure_queue.append((job, attempt + 1))
@@ -255,6 +274,55 @@ class _Sweep:
                 leader_runs[job.key] = run
                 for other in followers.pop(job.key, []):
                     self._store_equivalent(job, run, other, outcome)
+
+    # --- faults -------------------------------------------------------------------------------
+
+    def _cancel_requested(self) -> bool:
+        """Poll the sweep's cancel flag (set by `tvmbench sweep cancel`), at most every CANCEL_POLL_S."""
+        now = time.monotonic()
+        if now - self._cancel_polled < CANCEL_POLL_S:
+            return False
+        self._cancel_polled = now
+        return self.store.sweep_status(self.sweep_id) == "cancelling"
+
+    def _cancel(self, in_flight: dict[Any, tuple[str, Any]], outcome: SweepOutcome) -> None:
+        """Stop everything in flight and mark what has no final row ``cancelled``.
+
+        Killing a measurement's Ray worker closes its RPC session, which frees the board.
+        """
+        for ref in in_flight:
+            self.ray.cancel(ref, force=True)
+        in_flight.clear()
+        before = self.store.job_statuses(self.sweep_id)
+        self.store.cancel_pending_jobs(self.sweep_id, "cancelled by `tvmbench sweep cancel`")
+        for status in before.values():
+            if status in PENDING_STATUSES:
+                self._count(outcome, "cancelled")
+        self.cancelled = True
+        self.progress("cancelled", dict(self.counts))
+
+    def _note_board(self, job: Job, run: Run) -> None:
+        """What a finished attempt says about its board and key (see orchestrator/health.py)."""
+        if run.status == "pending-device":
+            self.unregistered_keys.add(job.target.board_key)
+        if not run.board_id:
+            return
+        if run.status in ("ok", "wrong-result") or (run.health == "ok" and run.status not in ("infra", "timeout")):
+            self.checked_boards.add(run.board_id)
+        if run.status in ("infra", "timeout"):
+            self.checked_boards.discard(run.board_id)
+            self.failed_on[job.key].add(run.board_id)
+
+    def _golden(self, job: Job) -> Any:
+        # The golden model runs through the Relax VM: boards of other runners are not health-checked.
+        if not self.health_checks or job.executor not in EXECUTORS:
+            return None
+        key = (job.target.name, job.executor)
+        if key not in self.goldens:
+            from orchestrator.health import build_golden
+
+            self.goldens[key] = build_golden(job, self.cache)
+        return self.goldens[key]
 
     # --- steps --------------------------------------------------------------------------------
 
@@ -282,6 +350,7 @@ class _Sweep:
     def _submit_measure(self, job: Job, attempt: int, builds_running: int) -> Any:
         inputs, reference = self._reference(job)
         build_key = job.build_key(self.tvm_version)
+        quarantined = frozenset(b for b, state in self.store.board_states().items() if state == "quarantined")
         return self.measure_fn.remote(
             job,
             self.builds[build_key],
@@ -291,6 +360,12 @@ class _Sweep:
             self.tracker,
             attempt,
             builds_running,
+            avoid=quarantined,
+            prefer_not=frozenset(self.failed_on.get(job.key, ())),
+            # A key already found with no board does not make every later job wait for one.
+            registration_wait_s=0.0 if job.target.board_key in self.unregistered_keys else None,
+            golden=self._golden(job),
+            checked_boards=frozenset(self.checked_boards),
         )
 
     def _finish_measure(self, job: Job, attempt: int, ref: Any) -> Run:
@@ -330,12 +405,14 @@ def run_sweep(
     progress: ProgressFn | None = None,
     max_builds: int | None = None,
     farm_resource: str | None = None,
+    health_checks: bool = True,
 ) -> SweepOutcome:
     """Run (or resume) a sweep against the farm at ``tracker``; Ray must be initialised.
 
     Jobs that already have a final row are skipped, so running the same sweep again only finishes what
     is missing. Returns the counts; the results are in ``store``. ``farm_resource`` pins the
-    measurement tasks to the Ray node(s) offering that custom resource.
+    measurement tasks to the Ray node(s) offering that custom resource. With ``health_checks`` each board
+    runs the golden model before its first job and after a failure (orchestrator/health.py).
     """
     jobs = plan_jobs(spec)
     tvm_version = tvm_versions()[0]
@@ -355,11 +432,12 @@ def run_sweep(
     for j in jobs:
         if j not in todo:
             outcome.statuses[statuses[j.key]] += 1
-    sweep = _Sweep(spec, store, tracker, cache, progress, max_builds, farm_resource)
+    sweep = _Sweep(spec, store, tracker, cache, progress, max_builds, farm_resource, health_checks)
     try:
         sweep.run(todo, outcome)
     except BaseException:
         store.finish_sweep(spec.sweep_id, "incomplete")
         raise
-    store.finish_sweep(spec.sweep_id, "complete" if outcome.complete else "incomplete")
+    if not sweep.cancelled:
+        store.finish_sweep(spec.sweep_id, "complete" if outcome.complete else "incomplete")
     return outcome

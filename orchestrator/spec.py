@@ -33,7 +33,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from workers.onnx_model import LoadedModel, ModelError, bundled_path, load_model
+import numpy as np
+
+from workers.onnx_model import MAX_TENSOR_BYTES, LoadedModel, ModelError, bundled_path, load_model
 from workers.records import (
     AOT_EXECUTOR,
     EXECUTORS,
@@ -168,6 +170,12 @@ def _model(where: str, table: Any, base: Path) -> tuple[ModelRef, Path]:
             raise SpecError(
                 f"{where}: input {name!r} of {path.name} has symbolic dims {list(dims)}; "
                 f"add inputs = {{ {name} = [...] }} with concrete sizes"
+            )
+        size = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+        if size > MAX_TENSOR_BYTES:
+            raise SpecError(
+                f"{where}.inputs.{name} = {shape}: {size / 2**30:.1f} GiB per input, over the "
+                f"{MAX_TENSOR_BYTES >> 30} GiB limit; give a smaller shape"
             )
         inputs.append((name, tuple(shape), dtype))
     name = _typed(f"{where}.name", table.get("name", path.stem), str, "a string")

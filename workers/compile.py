@@ -111,6 +111,10 @@ def build_job(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
         ), None
     try:
         model = onnx.load_from_string(model_data)
+        # Defence in depth (intake refuses these): from_onnx would read external data relative to the
+        # worker's working directory, i.e. any file the location names.
+        if any(t.external_data or t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+            return Build(status="model", error="model keeps weights in external data (not read)", **common), None
         mod = from_onnx(model, shape_dict=job.model.shape_dict, keep_params_in_input=False)
     except Exception as exc:
         return Build(status="model", error=f"ONNX import failed: {one_line(exc)}", **common), None

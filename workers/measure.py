@@ -7,6 +7,7 @@ with an error kind (MetaSchedule's RPCRunner does the same), never as an excepti
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import os
 import socket
@@ -82,20 +83,14 @@ def _tracker_socket(tracker: str, timeout_s: float) -> socket.socket:
     return sock
 
 
-def request_session(tracker: str, key: str, deadline_s: float, session_timeout_s: float) -> Session:
-    """Ask the tracker for a board of ``key``, giving up after ``deadline_s``.
-
-    The tracker's own request blocks forever when no board is free, so the wait is bounded here by a
-    socket timeout. A key no board has registered fails at once with NoBoardRegistered.
-    """
+def _request_once(tracker: str, key: str, wait_s: float, session_timeout_s: float) -> Session:
+    """One REQUEST to the tracker, bounded by ``wait_s`` (TimeoutError -> DeviceUnavailable)."""
     from tvm import rpc
     from tvm.rpc import base
 
-    if key not in registered_keys(tracker_summary(tracker)):
-        raise NoBoardRegistered(key)
-    sock = _tracker_socket(tracker, timeout_s=min(10.0, deadline_s))
+    sock = _tracker_socket(tracker, timeout_s=min(10.0, wait_s))
     try:
-        sock.settimeout(deadline_s)
+        sock.settimeout(wait_s)
         base.sendjson(sock, [base.TrackerCode.REQUEST, key, "", 1])
         try:
             value = base.recvjson(sock)
@@ -110,6 +105,89 @@ def request_session(tracker: str, key: str, deadline_s: float, session_timeout_s
     url, port, matchkey = value[1]
     remote = rpc.connect(url, port, matchkey, session_timeout_s)
     return Session(remote=remote, board_id=f"{key}@{url}:{port}")
+
+
+def key_boards(summary: dict[str, Any], key: str) -> set[str]:
+    """Board ids (key@host:port) of ``key`` in a tracker summary."""
+    ids = set()
+    for server in summary.get("server_info", []):
+        if str(server.get("key", "")).removeprefix("server:") == key:
+            host, port = (server.get("addr") or ["?", "?"])[:2]
+            ids.add(f"{key}@{host}:{port}")
+    return ids
+
+
+def request_session(
+    tracker: str,
+    key: str,
+    deadline_s: float,
+    session_timeout_s: float,
+    *,
+    avoid: frozenset[str] = frozenset(),
+    prefer_not: frozenset[str] = frozenset(),
+    registration_wait_s: float | None = None,
+) -> Session:
+    """Ask the tracker for a board of ``key``, giving up after ``deadline_s``.
+
+    The tracker picks the board, and its own request blocks forever when none is free, so:
+    - every wait is bounded here by socket timeouts against one deadline;
+    - a tracker that drops the connection (restarted) is asked again until the deadline, and a key
+      with no board registered is polled for ``registration_wait_s`` (boards re-register a few
+      seconds after a tracker restart) before NoBoardRegistered;
+    - boards in ``avoid`` (quarantined) are never used and boards in ``prefer_not`` (the board an
+      attempt just failed on) only when no other board of the key is free at the deadline. A session
+      on such a board is *held* while asking again, so that the tracker must offer a different board
+      (a released board would go straight back into its queue); held sessions are closed before
+      returning. When every registered board of the key is avoided, DeviceUnavailable says so.
+    """
+    start = time.monotonic()
+    deadline = start + deadline_s
+    wait_registration = deadline_s if registration_wait_s is None else min(registration_wait_s, deadline_s)
+    held: list[Session] = []
+    seen_board = False
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            fallback = next((h for h in held if h.board_id not in avoid), None)
+            if remaining <= 0:
+                if fallback is not None:
+                    held.remove(fallback)
+                    return fallback
+                raise DeviceUnavailable(key) if seen_board else NoBoardRegistered(key)
+            try:
+                boards = key_boards(tracker_summary(tracker, timeout_s=min(10.0, remaining)), key)
+            except OSError:  # the tracker is restarting: ask again until the deadline
+                time.sleep(min(0.5, max(remaining, 0)))
+                continue
+            if not boards:
+                if time.monotonic() - start >= wait_registration:
+                    raise NoBoardRegistered(key)
+                time.sleep(min(0.5, max(remaining, 0)))
+                continue
+            seen_board = True
+            usable = boards - avoid - {h.board_id for h in held}
+            if not usable:
+                if fallback is not None:
+                    held.remove(fallback)
+                    return fallback
+                if boards <= avoid:
+                    raise DeviceUnavailable(f"every board of {key!r} is quarantined: {sorted(boards)}")
+                time.sleep(min(0.5, max(remaining, 0)))
+                continue
+            try:
+                session = _request_once(tracker, key, remaining, session_timeout_s)
+            except DeviceUnavailable:
+                continue  # the deadline has passed: the top of the loop decides
+            except Exception:
+                # Tracker dropped the request (restart) or matched a board that just died.
+                time.sleep(min(0.5, max(deadline - time.monotonic(), 0)))
+                continue
+            if session.board_id in avoid or session.board_id in prefer_not:
+                held.append(session)
+                continue
+            return session
+    finally:
+        held.clear()  # dropping the last reference closes a held session and frees its board
 
 
 def board_facts(remote: Any) -> dict[str, Any] | None:
@@ -217,6 +295,17 @@ def _outputs_to_numpy(out: Any) -> list[np.ndarray]:
     return flat
 
 
+def _run_outputs(vm: Any, args: list[Any]) -> list[np.ndarray]:
+    """Run "main" once and fetch its outputs as numpy arrays.
+
+    Over RPC a tuple result comes back as an opaque RPCObjectRef (calling ``vm["main"]`` directly made
+    every multi-output model fail); the stateful interface hands the outputs back one by one.
+    """
+    vm.set_input("main", *args)
+    vm.invoke_stateful("main")
+    return _outputs_to_numpy(vm.get_outputs("main"))
+
+
 def _classify(exc: BaseException) -> str:
     text = str(exc)
     if "RPCSessionTimeoutError" in text or "session has expired" in text:
@@ -233,6 +322,35 @@ def _device(remote: Any, job: Job) -> Any:
     return remote.cpu(0)
 
 
+def artifact_name(sha256: str) -> str:
+    """The file name an artifact is uploaded under on a board."""
+    return f"tvmbench-{sha256[:16]}.so"
+
+
+def _load_vm(remote: Any, artifact: bytes, sha256: str, dev: Any) -> Any:
+    """Upload an artifact under its hash and open a Relax VM on it."""
+    from tvm import relax
+
+    name = artifact_name(sha256)
+    remote.upload(bytearray(artifact), name)
+    return relax.VirtualMachine(remote.load_module(name), dev)
+
+
+def run_golden(remote: Any, golden: Any, job: Job) -> str | None:
+    """Run the golden model on the session's board; None when its outputs match, else the problem."""
+    import tvm
+
+    try:
+        dev = _device(remote, job)
+        vm = _load_vm(remote, golden.artifact, golden.sha256, dev)
+        args = [tvm.runtime.tensor(golden.inputs[n], dev) for n in golden.input_names]
+        outputs = _run_outputs(vm, args)
+    except Exception as exc:
+        return one_line(exc)
+    _, _, problem = compare(outputs, list(golden.expected), golden.atol, golden.rtol)
+    return problem
+
+
 def measure_job(
     job: Job,
     build: Build,
@@ -242,8 +360,20 @@ def measure_job(
     tracker: str,
     attempt: int = 1,
     builds_in_flight: int | None = None,
+    *,
+    avoid: frozenset[str] = frozenset(),
+    prefer_not: frozenset[str] = frozenset(),
+    registration_wait_s: float | None = None,
+    golden: Any = None,
+    checked_boards: frozenset[str] = frozenset(),
 ) -> Run:
-    """Run one built job on a board of its key: check against the reference, then time it."""
+    """Run one built job on a board of its key: check against the reference, then time it.
+
+    ``avoid``/``prefer_not``/``registration_wait_s`` go to ``request_session``. With ``golden`` (an
+    orchestrator.health.GoldenModel), a board not in ``checked_boards`` first runs the golden model;
+    if that fails the job is not run and the attempt is an ``infra`` failure with ``health="failed"``
+    on that board. All board waits share one deadline, ``device_wait_s``.
+    """
     if job.executor == "aot-c":  # firmware on a microcontroller agent, counted in instructions
         from workers.aot.job import measure_aot_job
 
@@ -256,29 +386,77 @@ def measure_job(
         "started_at": started,
     }
     settings = job.measure
-    try:
-        session = request_session(tracker, job.target.board_key, settings.device_wait_s, settings.session_timeout_s)
-    except NoBoardRegistered:
-        keys = registered_keys(tracker_summary(tracker))
+    # The artifact crossed Ray's object store (and maybe the disk cache) since it was built: check that
+    # the bytes about to run are the bytes the build recorded before anything reaches a board.
+    actual = hashlib.sha256(artifact).hexdigest()
+    if actual != build.artifact_sha256:
         return Run(
-            status="pending-device",
+            status="infra",
             finished_at=time.time(),
-            error=f"no board with key {job.target.board_key!r} is registered with tracker {tracker} "
-            f"(farm list shows {keys or 'no boards'}); the build is kept: connect one and run "
-            "`tvmbench sweep resume`",
+            error=f"artifact sha256 {actual[:16]} does not match the build's {str(build.artifact_sha256)[:16]}: "
+            "corrupted between build and upload; not uploaded (resume rebuilds it)",
             **base,
         )
-    except DeviceUnavailable:
-        keys = registered_keys(tracker_summary(tracker))
-        return Run(
-            status="device-unavailable",
-            finished_at=time.time(),
-            error=f"no board with key {job.target.board_key!r} became free within "
-            f"{settings.device_wait_s:g}s at tracker {tracker} (farm list shows {keys})",
-            **base,
-        )
-    except Exception as exc:
-        return Run(status="infra", error=f"tracker {tracker}: {one_line(exc)}", finished_at=time.time(), **base)
+    # A board not yet checked runs the golden model first, in a session of its own (a session that
+    # loaded one program failed loading a second here: kShutdown), then the job asks again.
+    checked = set(checked_boards)
+    wait_until = time.monotonic() + settings.device_wait_s
+    while True:
+        try:
+            session = request_session(
+                tracker,
+                job.target.board_key,
+                max(0.1, wait_until - time.monotonic()),
+                settings.session_timeout_s,
+                avoid=avoid,
+                prefer_not=prefer_not,
+                registration_wait_s=registration_wait_s,
+            )
+        except NoBoardRegistered:
+            try:
+                keys = registered_keys(tracker_summary(tracker))
+            except OSError:
+                keys = {}
+            return Run(
+                status="pending-device",
+                finished_at=time.time(),
+                error=f"no board with key {job.target.board_key!r} is registered with tracker {tracker} "
+                f"(farm list shows {keys or 'no boards'}); the build is kept: connect one and run "
+                "`tvmbench sweep resume`",
+                **base,
+            )
+        except DeviceUnavailable as exc:
+            try:
+                keys: Any = registered_keys(tracker_summary(tracker))
+            except OSError:
+                keys = "no answer from the tracker"
+            why = f" ({exc})" if str(exc) != job.target.board_key else ""
+            return Run(
+                status="device-unavailable",
+                finished_at=time.time(),
+                error=f"no board with key {job.target.board_key!r} became free within "
+                f"{settings.device_wait_s:g}s at tracker {tracker}{why} (farm list shows {keys})",
+                **base,
+            )
+        except Exception as exc:
+            return Run(status="infra", error=f"tracker {tracker}: {one_line(exc)}", finished_at=time.time(), **base)
+        if golden is None or session.board_id in checked:
+            break
+        board_id, facts = session.board_id, board_facts(session.remote)
+        problem = run_golden(session.remote, golden, job)
+        del session  # closes the golden model's session
+        gc.collect()
+        base["health"] = "failed" if problem else "ok"
+        if problem:
+            return Run(
+                status="infra",
+                board_id=board_id,
+                board_facts=facts,
+                finished_at=time.time(),
+                error=f"{board_id} failed its health check (golden model {golden.name}): {problem}",
+                **base,
+            )
+        checked.add(board_id)
 
     base["board_id"] = session.board_id
     try:
@@ -303,7 +481,6 @@ def _run_on_board(
     base: dict[str, Any],
 ) -> Run:
     import tvm
-    from tvm import relax
 
     remote, settings = session.remote, job.measure
     facts = board_facts(remote)
@@ -323,17 +500,10 @@ def _run_on_board(
         )
     if job.executor == BASELINE_EXECUTOR:
         return _measure_onnxruntime(remote, job, build, artifact, inputs, reference, base, builds_in_flight)
-    name = f"tvmbench-{build.artifact_sha256[:16]}.so"
-    remote.upload(bytearray(artifact), name)
-    rlib = remote.load_module(name)
     dev = _device(remote, job)
-    vm = relax.VirtualMachine(rlib, dev)
+    vm = _load_vm(remote, artifact, build.artifact_sha256, dev)
     args = [tvm.runtime.tensor(inputs[n], dev) for n, _, _ in job.model.inputs]
-    # set_input/invoke_stateful/get_outputs rather than vm["main"](...): a tuple of outputs comes back
-    # over RPC as an opaque remote object, while get_outputs fetches each tensor.
-    vm.set_input("main", *args)
-    vm.invoke_stateful("main")
-    outputs = _outputs_to_numpy(vm.get_outputs("main"))
+    outputs = _run_outputs(vm, args)
     max_abs, max_rel, problem = compare(outputs, reference, settings.atol, settings.rtol)
     if problem:
         return Run(
@@ -356,7 +526,7 @@ def _run_on_board(
     samples = [float(r) * 1e3 for r in timer(*args).results]
     arr = np.asarray(samples)
     if settings.profile:
-        base["kernel_profile"] = kernel_profile(remote, name, args, settings.repeat)
+        base["kernel_profile"] = kernel_profile(remote, artifact_name(build.artifact_sha256), args, settings.repeat)
     return Run(
         status="ok",
         samples_ms=tuple(samples),

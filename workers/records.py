@@ -183,6 +183,7 @@ class Run:
     equivalent_to: str | None = None  # job key whose identical program was measured instead
     board_facts: dict[str, Any] | None = None
     kernel_profile: dict[str, Any] | None = None  # per-kernel times, or {"available": False, "reason": ...}
+    health: str | None = None  # "ok" / "failed" when the board ran the golden model before this attempt
     started_at: float | None = None
     finished_at: float | None = None
     # What samples_ms/median_ms/... count: "ms", or "instructions" for emulated microcontrollers (a
