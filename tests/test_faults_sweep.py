@@ -25,7 +25,7 @@ from db.store import ResultStore
 from orchestrator.cli import app
 from orchestrator.farm import LocalFarm, wait_until
 from orchestrator.plan import plan_jobs
-from orchestrator.scheduler import run_sweep
+from orchestrator.scheduler import build_on_node, run_sweep
 from orchestrator.spec import load_spec
 from tests.conftest import write_sweep
 from workers import model_zoo
@@ -162,7 +162,7 @@ def test_ray_worker_killed_mid_build_is_retried_with_one_build_row(
     def killer() -> None:
         while not stop.is_set() and not killed:
             for proc in psutil.process_iter(["pid", "cmdline"]):
-                if "ray::build_job" in " ".join(proc.info["cmdline"] or []):
+                if f"ray::{build_on_node.__name__}" in " ".join(proc.info["cmdline"] or []):
                     proc.kill()
                     killed.append(proc.pid)
                     return
