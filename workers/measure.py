@@ -266,9 +266,21 @@ def _measure_onnxruntime(
             finished_at=time.time(),
             **base,
         )
-    arr = np.asarray(answer["samples_ms"], dtype=float)
     if settings.profile:
         base["kernel_profile"] = {"available": False, "reason": "the onnxruntime executor has no per-kernel view"}
+    return ok_run(
+        answer["samples_ms"],
+        max_abs_err=max_abs,
+        max_rel_err=max_rel,
+        load_avg_1m=load,
+        builds_in_flight=builds_in_flight,
+        **base,
+    )
+
+
+def ok_run(samples: Any, **fields: Any) -> Run:
+    """A successful Run with every sample kept and its statistics derived from them."""
+    arr = np.asarray(samples, dtype=np.float64)
     return Run(
         status="ok",
         samples_ms=tuple(float(x) for x in arr),
@@ -277,12 +289,8 @@ def _measure_onnxruntime(
         std_ms=float(arr.std()),
         min_ms=float(arr.min()),
         max_ms=float(arr.max()),
-        max_abs_err=max_abs,
-        max_rel_err=max_rel,
-        load_avg_1m=load,
-        builds_in_flight=builds_in_flight,
         finished_at=time.time(),
-        **base,
+        **fields,
     )
 
 
@@ -524,21 +532,8 @@ def _run_on_board(
         cooldown_interval_ms=settings.cooldown_ms,
     )
     samples = [float(r) * 1e3 for r in timer(*args).results]
-    arr = np.asarray(samples)
     if settings.profile:
         base["kernel_profile"] = kernel_profile(remote, artifact_name(build.artifact_sha256), args, settings.repeat)
-    return Run(
-        status="ok",
-        samples_ms=tuple(samples),
-        median_ms=float(np.median(arr)),
-        mean_ms=float(arr.mean()),
-        std_ms=float(arr.std()),
-        min_ms=float(arr.min()),
-        max_ms=float(arr.max()),
-        max_abs_err=max_abs,
-        max_rel_err=max_rel,
-        load_avg_1m=load,
-        builds_in_flight=builds_in_flight,
-        finished_at=time.time(),
-        **base,
+    return ok_run(
+        samples, max_abs_err=max_abs, max_rel_err=max_rel, load_avg_1m=load, builds_in_flight=builds_in_flight, **base
     )

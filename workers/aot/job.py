@@ -137,6 +137,7 @@ def measure_aot_job(
         DeviceUnavailable,
         NoBoardRegistered,
         board_facts,
+        ok_run,
         registered_keys,
         request_session,
         tracker_summary,
@@ -215,20 +216,9 @@ def measure_aot_job(
                 finished_at=time.time(),
                 **base,
             )
-        counts = np.asarray(answer["instructions"], dtype=np.float64)
-        return Run(
-            status="ok",
-            samples_ms=tuple(float(c) for c in counts),
-            median_ms=float(np.median(counts)),
-            mean_ms=float(counts.mean()),
-            std_ms=float(counts.std()),
-            min_ms=float(counts.min()),
-            max_ms=float(counts.max()),
-            max_abs_err=max_abs,
-            max_rel_err=max_rel,
-            builds_in_flight=builds_in_flight,
-            finished_at=time.time(),
-            **base,
+        # The "_ms" fields hold instruction counts here: base carries unit="instructions".
+        return ok_run(
+            answer["instructions"], max_abs_err=max_abs, max_rel_err=max_rel, builds_in_flight=builds_in_flight, **base
         )
     except Exception as exc:
         text = str(exc)
