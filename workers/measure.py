@@ -359,6 +359,45 @@ def run_golden(remote: Any, golden: Any, job: Job) -> str | None:
     return problem
 
 
+def acquire_board(job: Job, tracker: str, base: dict[str, Any], deadline_s: float, **request: Any) -> Session | Run:
+    """A session on a board of the job's key, or the Run that says why there is none.
+
+    ``request`` goes to ``request_session`` (avoid, prefer_not, registration_wait_s); ``base`` holds the
+    fields every Run of this attempt carries.
+    """
+    key, settings = job.target.board_key, job.measure
+    try:
+        return request_session(tracker, key, deadline_s, settings.session_timeout_s, **request)
+    except NoBoardRegistered:
+        try:
+            keys: Any = registered_keys(tracker_summary(tracker))
+        except OSError:
+            keys = {}
+        return Run(
+            status="pending-device",
+            finished_at=time.time(),
+            error=f"no board with key {key!r} is registered with tracker {tracker} "
+            f"(farm list shows {keys or 'no boards'}); the build is kept: connect one "
+            f"(`tvmbench farm add --key {key}` for a local one) and run `tvmbench sweep resume`",
+            **base,
+        )
+    except DeviceUnavailable as exc:
+        try:
+            keys = registered_keys(tracker_summary(tracker))
+        except OSError:
+            keys = "no answer from the tracker"
+        why = f" ({exc})" if str(exc) != key else ""
+        return Run(
+            status="device-unavailable",
+            finished_at=time.time(),
+            error=f"no board with key {key!r} became free within "
+            f"{settings.device_wait_s:g}s at tracker {tracker}{why} (farm list shows {keys})",
+            **base,
+        )
+    except Exception as exc:
+        return Run(status="infra", error=f"tracker {tracker}: {one_line(exc)}", finished_at=time.time(), **base)
+
+
 def measure_job(
     job: Job,
     build: Build,
@@ -410,44 +449,17 @@ def measure_job(
     checked = set(checked_boards)
     wait_until = time.monotonic() + settings.device_wait_s
     while True:
-        try:
-            session = request_session(
-                tracker,
-                job.target.board_key,
-                max(0.1, wait_until - time.monotonic()),
-                settings.session_timeout_s,
-                avoid=avoid,
-                prefer_not=prefer_not,
-                registration_wait_s=registration_wait_s,
-            )
-        except NoBoardRegistered:
-            try:
-                keys = registered_keys(tracker_summary(tracker))
-            except OSError:
-                keys = {}
-            return Run(
-                status="pending-device",
-                finished_at=time.time(),
-                error=f"no board with key {job.target.board_key!r} is registered with tracker {tracker} "
-                f"(farm list shows {keys or 'no boards'}); the build is kept: connect one and run "
-                "`tvmbench sweep resume`",
-                **base,
-            )
-        except DeviceUnavailable as exc:
-            try:
-                keys: Any = registered_keys(tracker_summary(tracker))
-            except OSError:
-                keys = "no answer from the tracker"
-            why = f" ({exc})" if str(exc) != job.target.board_key else ""
-            return Run(
-                status="device-unavailable",
-                finished_at=time.time(),
-                error=f"no board with key {job.target.board_key!r} became free within "
-                f"{settings.device_wait_s:g}s at tracker {tracker}{why} (farm list shows {keys})",
-                **base,
-            )
-        except Exception as exc:
-            return Run(status="infra", error=f"tracker {tracker}: {one_line(exc)}", finished_at=time.time(), **base)
+        session = acquire_board(
+            job,
+            tracker,
+            base,
+            max(0.1, wait_until - time.monotonic()),
+            avoid=avoid,
+            prefer_not=prefer_not,
+            registration_wait_s=registration_wait_s,
+        )
+        if isinstance(session, Run):
+            return session
         if golden is None or session.board_id in checked:
             break
         board_id, facts = session.board_id, board_facts(session.remote)

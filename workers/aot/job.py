@@ -133,15 +133,7 @@ def measure_aot_job(
 ) -> Run:
     """Run the firmware on a board of the job's key (the MCU agent), check outputs, store instruction counts."""
     from workers.compile import one_line
-    from workers.measure import (
-        DeviceUnavailable,
-        NoBoardRegistered,
-        board_facts,
-        ok_run,
-        registered_keys,
-        request_session,
-        tracker_summary,
-    )
+    from workers.measure import acquire_board, board_facts, ok_run
 
     started = time.time()
     base: dict[str, Any] = {
@@ -152,28 +144,9 @@ def measure_aot_job(
         "unit": UNIT,
     }
     settings = job.measure
-    key = job.target.board_key
-    try:
-        session = request_session(tracker, key, settings.device_wait_s, settings.session_timeout_s)
-    except NoBoardRegistered:
-        keys = registered_keys(tracker_summary(tracker))
-        return Run(
-            status="pending-device",
-            finished_at=time.time(),
-            error=f"no board with key {key!r} is registered with tracker {tracker} (farm list shows "
-            f"{keys or 'no boards'}); start one with `tvmbench farm add --key {key}` and run `tvmbench sweep resume`",
-            **base,
-        )
-    except DeviceUnavailable:
-        return Run(
-            status="device-unavailable",
-            finished_at=time.time(),
-            error=f"no board with key {key!r} became free within {settings.device_wait_s:g}s at tracker {tracker}",
-            **base,
-        )
-    except Exception as exc:
-        return Run(status="infra", error=f"tracker {tracker}: {one_line(exc)}", finished_at=time.time(), **base)
-
+    session = acquire_board(job, tracker, base, settings.device_wait_s)
+    if isinstance(session, Run):
+        return session
     remote = session.remote
     base["board_id"] = session.board_id
     try:
