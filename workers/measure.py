@@ -256,16 +256,9 @@ def _measure_onnxruntime(
     if not answer.get("available"):
         return Run(status="build", error=f"{base['board_id']}: {answer.get('reason')}", finished_at=time.time(), **base)
     outputs = [np.load(io.BytesIO(base64.b64decode(o)), allow_pickle=False) for o in answer["outputs"]]
-    max_abs, max_rel, problem = compare(outputs, reference, settings.atol, settings.rtol)
-    if problem:
-        return Run(
-            status="wrong-result",
-            error=problem,
-            max_abs_err=max_abs,
-            max_rel_err=max_rel,
-            finished_at=time.time(),
-            **base,
-        )
+    max_abs, max_rel, wrong = check_outputs(outputs, reference, settings, base)
+    if wrong is not None:
+        return wrong
     if settings.profile:
         base["kernel_profile"] = {"available": False, "reason": "the onnxruntime executor has no per-kernel view"}
     return ok_run(
@@ -276,6 +269,19 @@ def _measure_onnxruntime(
         builds_in_flight=builds_in_flight,
         **base,
     )
+
+
+def check_outputs(
+    outputs: list[np.ndarray], reference: list[np.ndarray], settings: Any, base: dict[str, Any]
+) -> tuple[float, float, Run | None]:
+    """(max abs error, max relative error, the ``wrong-result`` Run when outside tolerance, else None)."""
+    max_abs, max_rel, problem = compare(outputs, reference, settings.atol, settings.rtol)
+    if problem is None:
+        return max_abs, max_rel, None
+    wrong = Run(
+        status="wrong-result", error=problem, max_abs_err=max_abs, max_rel_err=max_rel, finished_at=time.time(), **base
+    )
+    return max_abs, max_rel, wrong
 
 
 def ok_run(samples: Any, **fields: Any) -> Run:
@@ -524,16 +530,9 @@ def _run_on_board(
     vm = _load_vm(remote, artifact, build.artifact_sha256, dev)
     args = [tvm.runtime.tensor(inputs[n], dev) for n, _, _ in job.model.inputs]
     outputs = _run_outputs(vm, args)
-    max_abs, max_rel, problem = compare(outputs, reference, settings.atol, settings.rtol)
-    if problem:
-        return Run(
-            status="wrong-result",
-            error=problem,
-            max_abs_err=max_abs,
-            max_rel_err=max_rel,
-            finished_at=time.time(),
-            **base,
-        )
+    max_abs, max_rel, wrong = check_outputs(outputs, reference, settings, base)
+    if wrong is not None:
+        return wrong
     load = os.getloadavg()[0]
     timer = vm.time_evaluator(
         "main",

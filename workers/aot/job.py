@@ -20,7 +20,6 @@ from workers.aot.build import build_firmware, pack_artifact, unpack_artifact
 from workers.aot.firmware import toolchain_missing
 from workers.aot.runner import pack_inputs
 from workers.records import Build, Job, Run, canonical_hash
-from workers.reference import compare
 
 MCU_RUN_FUNCTION = "tvmbench.mcu.run"
 UNIT = "instructions"
@@ -133,7 +132,7 @@ def measure_aot_job(
 ) -> Run:
     """Run the firmware on a board of the job's key (the MCU agent), check outputs, store instruction counts."""
     from workers.compile import one_line
-    from workers.measure import acquire_board, board_facts, ok_run
+    from workers.measure import acquire_board, board_facts, check_outputs, ok_run
 
     started = time.time()
     base: dict[str, Any] = {
@@ -179,16 +178,9 @@ def measure_aot_job(
         if answer["status"] != "ok":
             return Run(status="build", error=f"{session.board_id}: {answer['error']}", finished_at=time.time(), **base)
         outputs = decode_outputs(manifest, base64.b64decode(answer["outputs"]))
-        max_abs, max_rel, problem = compare(outputs, reference, settings.atol, settings.rtol)
-        if problem:
-            return Run(
-                status="wrong-result",
-                error=problem,
-                max_abs_err=max_abs,
-                max_rel_err=max_rel,
-                finished_at=time.time(),
-                **base,
-            )
+        max_abs, max_rel, wrong = check_outputs(outputs, reference, settings, base)
+        if wrong is not None:
+            return wrong
         # The "_ms" fields hold instruction counts here: base carries unit="instructions".
         return ok_run(
             answer["instructions"], max_abs_err=max_abs, max_rel_err=max_rel, builds_in_flight=builds_in_flight, **base
