@@ -26,6 +26,10 @@ class QueryError(ValueError):
     """Bad input to a query (unknown sweep, column or value); the message names the culprit."""
 
 
+class NoSuchJob(LookupError):
+    """No stored job has the key (prefix) asked for; the message says how to list them."""
+
+
 # Output columns, in order, and the SQL expression of each. The CLI prints exactly these.
 _COLUMNS: dict[str, Any] = {
     "sweep_id": m.Job.sweep_id,

@@ -202,7 +202,7 @@ def bench(url: str) -> dict[str, dict[str, float]]:
             s, q.Filters(model="model_07", board="host", executor="vm-compiled", opt_level=2)
         ),
         "results query --sweep <newest> --status ok": lambda s: q.query(
-            s, q.Filters(sweep=s.list_sweeps()[0].id, status="ok")
+            s, q.Filters(sweep=q.sweeps(s)[0].id, status="ok")
         ),
     }
     timings: dict[str, dict[str, float]] = {}

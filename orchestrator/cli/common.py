@@ -12,7 +12,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
-from answers.query import QueryError
+from answers.query import NoSuchJob, QueryError
 from core.errors import one_line
 from db.store import ResultStore, default_home
 from orchestrator.farm import FarmError
@@ -84,12 +84,12 @@ def load(path: Path, label: str | None = None) -> SweepSpec:
 
 @contextmanager
 def failures_as_lines() -> Iterator[None]:
-    """The library's own errors (each one line saying what to do) end the command: exit 1, or 2 for bad input."""
+    """The library's own errors (each one line saying what to do) end the command: exit 2 for bad input, else 1."""
     try:
         yield
     except (QueryError, SpecError) as exc:
         fail(str(exc), code=2)
-    except (FarmError, SubmitError) as exc:
+    except (FarmError, SubmitError, NoSuchJob) as exc:
         fail(str(exc))
 
 

@@ -63,23 +63,10 @@ def results_show(
     as_json: JsonOpt = False,
 ) -> None:
     """One job: configuration, build facts, pass trace, samples, errors, top kernels; --diff another job."""
-    store = open_store(db)
-    with failures_as_lines():  # a sweep may be named by label too
-        sweep = query.resolve_sweep(store, sweep).id if sweep else None
-        diff_sweep = query.resolve_sweep(store, diff_sweep).id if diff_sweep else None
-    detail = query.job_detail(store, job, sweep)
-    if detail is None:
-        fail(f"no job with key starting {job!r}; `tvmbench results list` shows the keys")
-    other = None
-    if diff is not None:
-        other = query.job_detail(store, diff, diff_sweep)
-        if other is None:
-            fail(f"no job with key starting {diff!r} to diff against; `tvmbench results list` shows the keys")
-    kernels = why.kernel_profile(store, detail["job_key"], detail["sweep_id"])
-    trace_a = (detail.get("build") or {}).get("pass_trace") or []
-    trace_b = ((other or {}).get("build") or {}).get("pass_trace") or []
-    label_a, label_b = (f"{d['job_key'][:12]} {d['executor']} O{d['opt_level']}" for d in (detail, other or detail))
-    pass_diff = why.pass_trace_diff(trace_a, trace_b, label_a, label_b) if other else None
+    with failures_as_lines():  # unknown jobs or sweeps: one line, exit 2
+        shown = why.explain_job(open_store(db), job, sweep, diff, diff_sweep)
+    detail, other, kernels, pass_diff = shown["detail"], shown["other"], shown["kernels"], shown["pass_diff"]
+    label_a, label_b = shown["labels"]
     if as_json:
         extra = {"kernel_profile": kernels, "diff_job": other and other["job_key"], "pass_diff": pass_diff}
         print_json({**detail, **extra})
@@ -89,7 +76,7 @@ def results_show(
     if other is not None:
         console.print(f"[bold]pass trace diff[/] {label_a} -> {label_b}:", highlight=False)
         if not pass_diff:
-            console.print(f"  identical ({len(trace_a)} passes)")
+            console.print(f"  identical ({shown['pass_count']} passes)")
         for line in pass_diff or []:
             style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
             console.print(f"  [{style}]{line}[/]", highlight=False, markup=True)
