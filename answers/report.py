@@ -120,6 +120,9 @@ def outcome_line(outcome: Any) -> str:
     if outcome.built == 0 and outcome.cached:
         built = f"compiled nothing: all {outcome.cached} program(s) came from the artifact cache"
     parts = [f"sweep {outcome.sweep_id}: {outcome.jobs} jobs ({statuses})", built]
+    skipped = getattr(outcome, "codegen_skipped", 0)
+    if skipped:
+        parts.append(f"{skipped} of them skipped codegen: an identical program was compiled already")
     if outcome.already_final:
         parts.append(f"{outcome.already_final} job(s) already had results and were skipped")
     if outcome.equivalent:

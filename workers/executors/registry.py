@@ -12,6 +12,7 @@ import numpy as np
 from core.records import Build, Job, Run, TargetSpec
 from workers.executors import aot_c, onnxruntime, relax_vm
 from workers.executors.base import Executor
+from workers.program_index import ClaimFn
 
 _ENTRIES: tuple[Executor, ...] = (
     *relax_vm.EXECUTORS,  # vm-bytecode, vm-compiled
@@ -42,9 +43,12 @@ def accepts(name: str, target: TargetSpec) -> bool:
     return get(name).accepts(target)
 
 
-def build_job(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
-    """Build one job with its executor's Builder; failures come back as a Build with an error kind."""
-    return for_job(job).builder.build(job, model_data)
+def build_job(job: Job, model_data: bytes, *, claim: ClaimFn | None = None) -> tuple[Build, bytes | None]:
+    """Build one job with its executor's Builder; failures come back as a Build with an error kind.
+
+    ``claim``: see ``Builder`` (identical programs skip codegen).
+    """
+    return for_job(job).builder.build(job, model_data, claim=claim)
 
 
 def measure_job(

@@ -18,6 +18,7 @@ import shutil
 import socket
 import tempfile
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from workers.artifacts import elf_arch
 from workers.board_session import arch_mismatch, check_outputs, ok_run, run_attempt, run_base
 from workers.build_common import build_identity, make_target, pass_trace_instrument
 from workers.executors.base import Executor, not_mcu
+from workers.program_index import ClaimFn, reuse_key
 from workers.reference import compare
 from workers.targets import target_kind
 from workers.tracker_client import Session
@@ -45,8 +47,29 @@ class BuildFailed(Exception):
         self.build = build
 
 
+# ONNX import is per model, not per configuration: a worker keeps the last few imported modules (Relax
+# passes return new modules and never change their input, so one import serves every configuration).
+IMPORT_CACHE_SIZE = 4
+_imported: OrderedDict[tuple[str, str], Any] = OrderedDict()
+
+
 def import_model(job: Job, model_data: bytes, common: dict[str, Any]) -> Any:
-    """The Relax module of the job's ONNX model (BuildFailed with status "model" when it cannot be imported)."""
+    """The Relax module of the job's ONNX model (BuildFailed with status "model" when it cannot be imported).
+
+    Imported once per worker process for a given model and input signature (keyed by sha256).
+    """
+    key = (hashlib.sha256(model_data).hexdigest(), canonical_hash(job.model.shape_dict))
+    if key in _imported:
+        _imported.move_to_end(key)
+        return _imported[key]
+    mod = _import(job, model_data, common)
+    _imported[key] = mod
+    while len(_imported) > IMPORT_CACHE_SIZE:
+        _imported.popitem(last=False)
+    return mod
+
+
+def _import(job: Job, model_data: bytes, common: dict[str, Any]) -> Any:
     import onnx
     from tvm.relax.frontend.onnx import from_onnx
 
@@ -140,11 +163,29 @@ def _build_error(job: Job, exc: Exception) -> str:
     return one_line(exc)
 
 
-class RelaxVmBuilder:
-    """Builder of the Relax VM executors: import, pipeline, fingerprint, codegen and export."""
+def _ask(claim: ClaimFn | None, key: str, build_key: str) -> str | None:
+    """The build key that compiles this program already, or None (no index, or it did not answer: compile)."""
+    if claim is None:
+        return None
+    try:
+        return claim(key, build_key)
+    except Exception:
+        return None
 
-    def build(self, job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
-        """Compile one job; returns the build record and the exported library's bytes (None on failure)."""
+
+class RelaxVmBuilder:
+    """Builder of the Relax VM executors: import, pipeline, fingerprint, codegen and export.
+
+    A new stage (tuning) goes between ``run_pipeline`` and ``fingerprint``: the fingerprint must see the
+    program that codegen will compile.
+    """
+
+    def build(self, job: Job, model_data: bytes, *, claim: ClaimFn | None = None) -> tuple[Build, bytes | None]:
+        """Compile one job; returns the build record and the exported library's bytes (None on failure).
+
+        With ``claim``, a program that another build compiles already (same fingerprint) skips codegen
+        and export: the Build is ok, has ``reused_from`` and no bytes.
+        """
         import tvm
 
         common = build_identity(job)
@@ -157,12 +198,15 @@ class RelaxVmBuilder:
             return failed.build, None
         trace = pass_trace_instrument()
         started = time.perf_counter()
+        reused_from = None
         try:
             target = make_target(job.target.tvm_target)
             with tvm.transform.PassContext(opt_level=job.opt_level, instruments=[trace]):
                 lowered = run_pipeline(job, mod, target)
                 program = fingerprint(job, lowered, common["tvm_version"])
-                data = codegen_export(job, lowered, target)
+                pipeline_passes = len(trace.names)
+                reused_from = _ask(claim, reuse_key(program, job), common["build_key"])
+                data = None if reused_from else codegen_export(job, lowered, target)
         except Exception as exc:
             return Build(
                 status="build",
@@ -171,15 +215,23 @@ class RelaxVmBuilder:
                 compile_s=time.perf_counter() - started,
                 **common,
             ), None
+        facts: dict[str, Any] = (
+            {"reused_from": reused_from}
+            if data is None
+            else {
+                "artifact_sha256": hashlib.sha256(data).hexdigest(),
+                "artifact_size": len(data),
+                "artifact_arch": elf_arch(data),
+            }
+        )
         return Build(
             status="ok",
             fingerprint=program,
             pass_trace=tuple(trace.names),
+            pipeline_passes=pipeline_passes,
             kernel_count=kernel_count(lowered),
             compile_s=time.perf_counter() - started,
-            artifact_sha256=hashlib.sha256(data).hexdigest(),
-            artifact_size=len(data),
-            artifact_arch=elf_arch(data),
+            **facts,
             **common,
         ), data
 
