@@ -9,7 +9,6 @@ being timed. Each run records the load it ran under.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import time
 from collections import Counter, defaultdict
@@ -35,14 +34,20 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 
 
 def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
-    """Connect to a Ray cluster, or start a local instance bound to loopback with no dashboard."""
+    """Connect to a Ray cluster, or start tvmbench's local instance (orchestrator/local_ray.py)."""
+    if address is None:
+        from orchestrator.local_ray import hold_ray_to_loopback
+
+        hold_ray_to_loopback()  # before `import ray`: Ray reads it then
     import ray
 
     if ray.is_initialized():
         return
     if address is None:
-        # Without this a local Ray binds all interfaces and talks over the node's network address.
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        from orchestrator.local_ray import start_local_ray
+
+        start_local_ray(num_cpus)
+        return
     ray.init(
         address=address,
         num_cpus=num_cpus,
