@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -83,7 +84,7 @@ def print_best(console: Console, rows: list[dict[str, Any]], confidence: float) 
             r["model"],
             r["board_key"],
             unit,
-            ("[yellow]? [/]" if r["uncertain"] else "") + r["best"],
+            Text.assemble(("? ", "yellow") if r["uncertain"] else "", r["best"]),
             f"{r['best_median']:.4g} {_ci(r['best_lo'], r['best_hi'])}",
             r["runner_up"] or "-",
             "-"
@@ -95,7 +96,8 @@ def print_best(console: Console, rows: list[dict[str, Any]], confidence: float) 
     console.print(table)
     for r in rows:
         style = "yellow" if r["uncertain"] else "green"
-        console.print(f"[{style}]{r['model']} on {r['board_key']} ({r['unit']}):[/] {r['verdict']}", highlight=False)
+        head = f"{r['model']} on {r['board_key']} ({r['unit']}):"
+        console.print(Text.assemble((head, style), " ", r["verdict"]), highlight=False)
     if any(r["emulated"] for r in rows):
         console.print("emulated timings measure the emulator, not the hardware: they are ranked only among themselves")
 
@@ -122,7 +124,7 @@ def print_compare(console: Console, result: Comparison, show_all: bool) -> None:
                 fmt(r["ratio"], 3),
                 _ci(r["ratio_lo"], r["ratio_hi"]),
                 fmt(r["p_value"], 2),
-                f"[{style}]{r['verdict']}[/]" if style else r["verdict"],
+                Text(r["verdict"], style=style),
             )
         console.print(table)
     elif result.rows:

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from orchestrator import farm as farm_mod
 from orchestrator import report
@@ -35,9 +36,11 @@ app.add_typer(farm_app, name="farm")
 app.add_typer(targets_app, name="targets")
 app.add_typer(db_app, name="db")
 
-# Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default.
-console = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+# Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default. No markup:
+# model paths, keys, presets, job ids and messages are user text ("[axes]", "[/x]") and print as written;
+# styles are given as rich Text.
+console = Console(width=None if sys.stdout.isatty() else 200, markup=False)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200, markup=False)
 
 DbOpt = Annotated[
     str | None,
@@ -48,9 +51,12 @@ DbOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
+NOT_FOUND = 2  # the exit status of every lookup that finds nothing (sweep, job, board), like a bad argument
+
+
 def fail(message: str, code: int = 1) -> None:
     """Print one error line and exit non-zero."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -62,11 +68,14 @@ def _home() -> Path:
     return home
 
 
-def _store(db: str | None):
-    from db.store import ResultStore
+def _store(db: str | None, read_only: bool = False):
+    """The results database; ``read_only`` for commands that only read (they work on a read-only mount)."""
+    from db.store import ResultStore, StoreError
 
     try:
-        return ResultStore(db)
+        return ResultStore(db, read_only=read_only)
+    except StoreError as exc:
+        fail(f"cannot open results database: {exc}")
     except Exception as exc:
         fail(f"cannot open results database {db or '(default)'}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}")
 
@@ -97,7 +106,7 @@ def sweep_plan(
     from workers.compile import tvm_versions
 
     spec = _load(path, label)
-    store = _store(db)
+    store = _store(db, read_only=True)
     jobs = plan_jobs(spec)
     version = tvm_versions()[0]
     statuses = store.job_statuses(spec.sweep_id)
@@ -118,10 +127,23 @@ def sweep_plan(
                 "status": statuses.get(job.key, "new"),
             }
         )
+    note = _default_target_note(spec)
     if as_json:
-        _print_json({"sweep_id": spec.sweep_id, "jobs": rows})
+        _print_json({"sweep_id": spec.sweep_id, "jobs": rows, **({"note": note} if note else {})})
         return
     report.plan_table(console, spec.sweep_id, rows)
+    if note:
+        console.print(note, highlight=False)
+
+
+def _default_target_note(spec) -> str | None:
+    """What a sweep file without [[targets]] runs on, said rather than assumed."""
+    if not spec.default_target:
+        return None
+    return (
+        "no [[targets]] in the sweep file: using the preset `host` (this machine's CPU, board key `host`); "
+        'add [[targets]] preset = "..." to choose (`tvmbench targets list`)'
+    )
 
 
 @contextmanager
@@ -142,7 +164,7 @@ def _farm_for_run(tracker: str | None, boards: int, board_keys: set[str] | None 
     for key in sorted((board_keys or set()) & set(farm_mod.EMULATED_BOARDS)):
         root = farm_mod.board_root(key)
         if not farm_mod.is_provisioned(root):
-            err.print(f"[dim]provisioning board {key} into {root} (once; about a minute)[/]")
+            err.print(f"provisioning board {key} into {root} (once; about a minute)", style="dim")
         roots[key] = str(farm_mod.provision_board(key, root, log=home / "logs" / f"provision-{key}.log"))
         wanted[key] = 1
     from workers.mcu_agent import agent_command
@@ -150,7 +172,7 @@ def _farm_for_run(tracker: str | None, boards: int, board_keys: set[str] | None 
     for key in sorted(k for k in (board_keys or set()) if agent_command(k) is not None):
         wanted[key] = 1
     described = ", ".join(f"{n} {k}" for k, n in wanted.items())
-    err.print(f"[dim]no farm configured: starting a local tracker and board(s) {described} on 127.0.0.1[/]")
+    err.print(f"no farm configured: starting a local tracker and board(s) {described} on 127.0.0.1", style="dim")
     # Its processes die with this driver even on SIGKILL (PR_SET_PDEATHSIG), and are recorded in a pid
     # file so that the next run or resume stops anything a killed driver left behind.
     local = farm_mod.LocalFarm.start(home / "logs" / "ephemeral-farm", wanted, board_roots=roots, die_with_parent=True)
@@ -180,7 +202,7 @@ def _reap_stale_farms(home: Path) -> None:
 
 def _progress_bar():
     progress = Progress(
-        TextColumn("[bold]{task.description}"),
+        TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
         TextColumn("{task.fields[detail]}"),
         TimeElapsedColumn(),
@@ -294,7 +316,11 @@ def sweep_run(
 
     Exit status: 0 all ok, 1 some jobs failed, 2 invalid sweep file, 3 jobs still wait for a device.
     """
-    _execute(_load(path, label), db, tracker, ray_address, boards, as_json, farm_resource)
+    spec = _load(path, label)
+    note = _default_target_note(spec)
+    if note:
+        err.print(note, style="dim", highlight=False)
+    _execute(spec, db, tracker, ray_address, boards, as_json, farm_resource)
 
 
 @sweep_app.command("resume")
@@ -312,7 +338,7 @@ def sweep_resume(
     store = _store(db)
     sweep = store.get_sweep(sweep_id)
     if sweep is None:
-        fail(f"no sweep {sweep_id!r} in {store.url}; `tvmbench results sweeps` lists them")
+        fail(f"no sweep {sweep_id!r} in {store.url}; `tvmbench results sweeps` lists them", code=NOT_FOUND)
     try:
         spec = parse_spec(sweep.source, base=Path(sweep.source_path).resolve().parent, source_path=sweep.source_path)
     except SpecError as exc:
@@ -337,12 +363,12 @@ ClusterOpt = Annotated[
 
 
 def _submit_call(fn, *args, **kwargs):
-    from orchestrator.submit import SubmitError
+    from orchestrator.submit import NotFound, SubmitError
 
     try:
         return fn(*args, **kwargs)
     except SubmitError as exc:
-        fail(str(exc))
+        fail(str(exc), code=NOT_FOUND if isinstance(exc, NotFound) else 1)
 
 
 @sweep_app.command("submit")
@@ -381,7 +407,9 @@ def sweep_submit(
         return
     note = " (already running: nothing new submitted)" if submitted.already_running else ""
     console.print(f"{submitted.sweep_id}{note}", highlight=False)
-    err.print(f"[dim]Ray job {submitted.submission_id}; follow with `tvmbench sweep status {submitted.sweep_id}`[/]")
+    err.print(
+        f"Ray job {submitted.submission_id}; follow with `tvmbench sweep status {submitted.sweep_id}`", style="dim"
+    )
 
 
 @sweep_app.command("status")
@@ -396,7 +424,7 @@ def sweep_status_cmd(
     """Progress of a sweep: job counts from the database and the state of its Ray job."""
     from orchestrator.submit import sweep_status
 
-    status = _submit_call(sweep_status, sweep_id, store=_store(db), ray_address=ray_address)
+    status = _submit_call(sweep_status, sweep_id, store=_store(db, read_only=True), ray_address=ray_address)
     if as_json:
         _print_json(status)
         return
@@ -453,7 +481,7 @@ def sweep_cancel(
     store = _store(db)
     sweep = store.get_sweep(sweep_id)
     if sweep is None:
-        fail(f"no sweep {sweep_id!r} in {store.url}; `tvmbench results sweeps` lists them")
+        fail(f"no sweep {sweep_id!r} in {store.url}; `tvmbench results sweeps` lists them", code=NOT_FOUND)
     before = store.request_cancel(sweep.id)
     if before in ("complete", "cancelled"):
         console.print(f"sweep {sweep.id} is already {before}: nothing to cancel")
@@ -483,7 +511,7 @@ def results_list(
     as_json: JsonOpt = False,
 ) -> None:
     """One row per job: configuration, status, median latency, error against ONNX Runtime."""
-    rows = _store(db).results(sweep)
+    rows = _store(db, read_only=True).results(sweep)
     if as_json:
         _print_json(rows)
         return
@@ -504,7 +532,7 @@ def results_sweeps(db: DbOpt = None, as_json: JsonOpt = False) -> None:
             "tvm_version": s.tvm_version,
             "source": s.source_path,
         }
-        for s in _store(db).list_sweeps()
+        for s in _store(db, read_only=True).list_sweeps()
     ]
     if as_json:
         _print_json(rows)
@@ -528,18 +556,21 @@ def results_show(
     from orchestrator import analysis_views, why
     from orchestrator.query import resolve_sweep
 
-    store = _store(db)
+    store = _store(db, read_only=True)
     with _query_errors():  # a sweep may be named by label too
         sweep = resolve_sweep(store, sweep).id if sweep else None
         diff_sweep = resolve_sweep(store, diff_sweep).id if diff_sweep else None
     detail = store.job_detail(job, sweep)
     if detail is None:
-        fail(f"no job with key starting {job!r}; `tvmbench results list` shows the keys")
+        fail(f"no job with key starting {job!r}; `tvmbench results list` shows the keys", code=NOT_FOUND)
     other = None
     if diff is not None:
         other = store.job_detail(diff, diff_sweep)
         if other is None:
-            fail(f"no job with key starting {diff!r} to diff against; `tvmbench results list` shows the keys")
+            fail(
+                f"no job with key starting {diff!r} to diff against; `tvmbench results list` shows the keys",
+                code=NOT_FOUND,
+            )
     kernels = why.kernel_profile(store, detail["job_key"], detail["sweep_id"])
     trace_a = (detail.get("build") or {}).get("pass_trace") or []
     trace_b = ((other or {}).get("build") or {}).get("pass_trace") or []
@@ -552,12 +583,12 @@ def results_show(
     report.job_detail(console, detail)
     analysis_views.print_kernels(console, kernels, top)
     if other is not None:
-        console.print(f"[bold]pass trace diff[/] {label_a} -> {label_b}:", highlight=False)
+        console.print(Text.assemble(("pass trace diff", "bold"), f" {label_a} -> {label_b}:"), highlight=False)
         if not pass_diff:
             console.print(f"  identical ({len(trace_a)} passes)")
         for line in pass_diff or []:
             style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
-            console.print(f"  [{style}]{line}[/]", highlight=False, markup=True)
+            console.print(Text(f"  {line}", style=style), highlight=False)
 
 
 # --- analysis: query, best, compare, regressions, report -------------------------------------------
@@ -649,7 +680,7 @@ def results_query(
     if table_only and limit is None:
         limit = TABLE_ROWS  # a terminal table of a million rows helps nobody; --csv/--json give them all
     with _query_errors():
-        df = query.query(_store(db), filters, limit=limit)
+        df = query.query(_store(db, read_only=True), filters, limit=limit)
         if pivot:
             df = query.pivot(df, _split(group_by), pivot)
         elif group_by:
@@ -681,7 +712,7 @@ def results_best(
 
     filters = _filters(sweep, model, target, board, executor, None, pipeline, None, None, None)
     with _query_errors():
-        rows = ranking.best(_store(db), filters, confidence=confidence)
+        rows = ranking.best(_store(db, read_only=True), filters, confidence=confidence)
     if as_json:
         _print_json(analysis_views.records(rows))
         return
@@ -703,7 +734,7 @@ def results_compare(
     from orchestrator.compare import compare
 
     with _query_errors():
-        result = compare(_store(db), sweep_a, sweep_b, threshold=threshold, alpha=alpha)
+        result = compare(_store(db, read_only=True), sweep_a, sweep_b, threshold=threshold, alpha=alpha)
     if as_json:
         _print_json(
             {
@@ -745,7 +776,7 @@ def results_regressions(
     filters = _filters(sweep, model, target, board, executor, None, None, None, None, None)
     params = regressions.Params(lookback=lookback, z=z, threshold=threshold)
     with _query_errors():
-        rows = regressions.find(_store(db), filters, method=method, params=params, include_all=show_all)
+        rows = regressions.find(_store(db, read_only=True), filters, method=method, params=params, include_all=show_all)
     if as_json:
         _print_json(analysis_views.records(rows))
         return
@@ -763,7 +794,7 @@ def report_cmd(
     from orchestrator import html_report
 
     with _query_errors():
-        written = html_report.write_report(_store(db), sweep, output, png_dir=png)
+        written = html_report.write_report(_store(db, read_only=True), sweep, output, png_dir=png)
     console.print(f"report {written.html} ({written.plots} plot(s))" + (f", PNGs in {png}" if png else ""))
 
 
@@ -803,7 +834,7 @@ def farm_up(
             )
         root = farm_mod.board_root(kind)
         if not farm_mod.is_provisioned(root):
-            err.print(f"[dim]provisioning board {kind} into {root} (once; about a minute)[/]")
+            err.print(f"provisioning board {kind} into {root} (once; about a minute)", style="dim")
         try:
             roots[kind] = str(farm_mod.provision_board(kind, root, log=home / "logs" / f"provision-{kind}.log"))
         except farm_mod.FarmError as exc:
@@ -875,7 +906,7 @@ def farm_list(
         rows = farm_mod.board_rows(address)
     except OSError as exc:
         fail(f"tracker {address} does not answer ({exc}); is it running? (`tvmbench farm up`)")
-    known = {b.id: b for b in _store(db).boards()}
+    known = {b.id: b for b in _store(db, read_only=True).boards()}
     try:
         fresh = farm_mod.live_board_facts(address) if live else {}
     except OSError:
@@ -914,7 +945,7 @@ def farm_reset(board: str, db: DbOpt = None) -> None:
     """End a board's quarantine (BOARD: its id from `farm list`, or a prefix): it gets work again."""
     ids = _store(db).reset_board(board)
     if not ids:
-        fail(f"no board {board!r} in the results database; `tvmbench farm list` shows the board ids")
+        fail(f"no board {board!r} in the results database; `tvmbench farm list` shows the board ids", code=NOT_FOUND)
     console.print(f"reset to ok (health check runs before its next job): {', '.join(ids)}")
 
 

@@ -24,9 +24,9 @@ from orchestrator.spec import SweepSpec
 from workers.artifacts import ArtifactCache
 from workers.compile import one_line, tvm_versions
 from workers.measure import tracker_summary
-from workers.onnx_model import seeded_inputs
+from workers.onnx_model import load_inputs_file, seeded_inputs
 from workers.records import EXECUTORS, PENDING_STATUSES, Build, Job, Run, canonical_hash
-from workers.reference import reference_outputs
+from workers.reference import reference_outputs, reference_problem
 
 CANCEL_POLL_S = 0.5  # how often a running sweep looks at its cancel flag
 MAX_ATTEMPTS = 2  # an `infra` failure (board died) is retried once, on another board if the key has one
@@ -180,7 +180,7 @@ class _Sweep:
     def run(self, jobs: list[Job], outcome: SweepOutcome) -> None:
         ray = self.ray
         by_build: dict[str, list[Job]] = defaultdict(list)
-        for job in jobs:
+        for job in self._with_reference(jobs, outcome):
             by_build[job.build_key(self.tvm_version)].append(job)
         to_build: list[str] = []
         self.builds: dict[str, Build] = {}
@@ -345,12 +345,51 @@ class _Sweep:
         self.counts["built"] += 1
         self.progress("built", dict(self.counts))
 
+    def _inputs(self, job: Job) -> dict[str, np.ndarray]:
+        """The job's input arrays: its model's .npz inputs file, or drawn from the seed (and value ranges)."""
+        model = job.model
+        if model.inputs_file_sha256:
+            return load_inputs_file(self.spec.input_files[model.inputs_file_sha256], model.inputs)
+        return seeded_inputs(model.inputs, job.measure.seed, {n: (lo, hi) for n, lo, hi in model.value_ranges})
+
+    @staticmethod
+    def _reference_key(job: Job) -> tuple[Any, ...]:
+        model = job.model
+        return (model.sha256, model.value_ranges, model.inputs_file_sha256, job.measure.seed)
+
     def _reference(self, job: Job) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-        key = (job.model.sha256, job.measure.seed)
+        """The job's inputs and ONNX Runtime's outputs for them (computed once per model, inputs and seed)."""
+        key = self._reference_key(job)
         if key not in self.references:
-            inputs = seeded_inputs(job.model.inputs, job.measure.seed)
+            inputs = self._inputs(job)
             self.references[key] = (inputs, reference_outputs(self.model_data[job.model.sha256], inputs))
         return self.references[key]
+
+    def _with_reference(self, jobs: list[Job], outcome: SweepOutcome) -> list[Job]:
+        """The jobs whose reference outputs ONNX Runtime computes; the others end now as one `model` row.
+
+        A reference that raises (an index out of range, an input ONNX Runtime refuses) is the model's
+        or the inputs' fault, not the sweep's: the other models go on, and a resume does not retry it.
+        """
+        ok, failed = [], {}
+        for job in jobs:
+            key = self._reference_key(job)
+            if key not in failed:
+                try:
+                    self._reference(job)
+                except Exception as exc:  # ONNX Runtime's errors have no common base class
+                    try:
+                        inputs = self._inputs(job)
+                    except Exception:  # the inputs themselves failed: the message names what it can
+                        inputs = {}
+                    source = "given" if job.model.inputs_file_sha256 else "seeded"
+                    failed[key] = reference_problem(job.model.name, inputs, exc, source)
+            if key in failed:
+                self.store.finish_job(self.sweep_id, job.key, "model", failed[key])
+                self._count(outcome, "model")
+            else:
+                ok.append(job)
+        return ok
 
     def _submit_measure(self, job: Job, attempt: int, builds_running: int) -> Any:
         inputs, reference = self._reference(job)
