@@ -179,6 +179,11 @@ def _model(where: str, table: Any, base: Path) -> tuple[ModelRef, Path]:
                 raise SpecError(f"{where}.inputs.{name} = {shape}: the model declares {list(dims)}")
         elif all(isinstance(d, int) and d > 0 for d in dims):
             shape = list(dims)
+        elif any(isinstance(d, int) and d == 0 for d in dims):
+            raise SpecError(
+                f"{where}: input {name!r} of {path.name} has a zero-size dimension {list(dims)}: nothing to "
+                "compute or time; export the model with sizes of at least 1"
+            )
         else:
             raise SpecError(
                 f"{where}: input {name!r} of {path.name} has symbolic dims {list(dims)}; "
