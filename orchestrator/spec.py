@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import tomllib
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -319,6 +320,25 @@ def _measure(data: dict[str, Any]) -> MeasureSettings:
     return MeasureSettings(**values)
 
 
+def _no_control_characters(where: str, value: Any) -> None:
+    """Refuse control characters in any string: names and paths are printed on terminals, where an escape
+    sequence (ESC [ ...) would recolour, retitle or hide text on the screen of whoever lists the results."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _no_control_characters(f"{where}.{key}" if where else str(key), item)
+            _no_control_characters(f"{where} key", key)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _no_control_characters(f"{where}[{i}]", item)
+    elif isinstance(value, str):
+        bad = next((c for c in value if unicodedata.category(c) == "Cc"), None)
+        if bad is not None:
+            raise SpecError(
+                f"{where} = {value!r} contains the control character U+{ord(bad):04X}; remove it "
+                "(names and paths are printed on terminals)"
+            )
+
+
 def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> SweepSpec:
     """Validate sweep-file text; relative model paths resolve against ``base``."""
     try:
@@ -326,6 +346,7 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{source_path}: not valid TOML ({exc}); fix the syntax at that line") from None
     _unknown("sweep file", data, _TOP_KEYS)
+    _no_control_characters("", data)
     name = _typed("name", data.get("name", Path(source_path).stem), str, "a string")
     label = _typed("label", data.get("label", ""), str, "a string")
 
@@ -426,5 +447,6 @@ def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:
         raise SpecError(f"{path}: not a text file; a sweep file is TOML") from None
     spec = parse_spec(text, base=path.resolve().parent, source_path=str(path))
     if label is not None:
+        _no_control_characters("--label", label)
         spec = SweepSpec(**{**spec.__dict__, "label": label})
     return spec

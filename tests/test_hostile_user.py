@@ -365,3 +365,26 @@ def test_zero_sized_input_is_named_as_such(tmp_path: Path, home: Path) -> None:
     onnx.save(model, tmp_path / "m.onnx")
     result = invoke("sweep", "plan", str(write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n')))
     assert result.exit_code == 2 and "zero-size dimension" in one_error_line(result), result.output
+
+
+# --- more of the same kind ------------------------------------------------------------------------------
+
+
+def test_terminal_escapes_in_names_are_refused(tmp_path: Path, home: Path) -> None:
+    """A name with ESC [ ... would recolour or retitle the terminal of whoever lists the results."""
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    sweep = write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\nname = "\\u001b[31mred"\n')
+    line = one_error_line(invoke("sweep", "plan", str(sweep)))
+    assert "models[0].name" in line and "control character U+001B" in line and "\x1b" not in line, line
+    good = write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n', "good.toml")
+    labelled = invoke("sweep", "plan", str(good), "--label", "\x1b]0;owned\x07")
+    assert labelled.exit_code == 2 and "--label" in one_error_line(labelled)
+
+
+def test_a_huge_sparse_model_file_is_refused_unread(tmp_path: Path, home: Path) -> None:
+    with open(tmp_path / "m.onnx", "wb") as f:
+        f.truncate(3 << 30)  # sparse: no disk used, but 3 GiB to read
+    start = time.monotonic()
+    result = invoke("sweep", "plan", str(write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n')))
+    assert "is 3.0 GiB, over the 2 GiB a protobuf ONNX file can hold" in one_error_line(result)
+    assert time.monotonic() - start < 10

@@ -25,6 +25,7 @@ class ModelError(ValueError):
 # Inputs are allocated (seeded random data) on the driver and on the board, weights are uploaded: a
 # declared size above this is refused at intake rather than discovered as an out-of-memory kill.
 MAX_TENSOR_BYTES = 1 << 30
+MAX_MODEL_BYTES = (1 << 31) - 1  # protobuf's limit on one message: no valid .onnx file is larger
 # Operator domains whose schemas onnx knows; custom domains are left to the importer (a `model` row).
 _ONNX_DOMAINS = ("", "ai.onnx")
 
@@ -81,6 +82,12 @@ def load_model(path: Path) -> LoadedModel:
     if not path.is_file():  # never open a FIFO or a device: reading one blocks or never ends
         raise ModelError(
             f"model file {path} {describe_missing(path)}: give the path of a .onnx file (relative to the sweep file)"
+        )
+    size = path.stat().st_size
+    if size > MAX_MODEL_BYTES:  # read nothing: a sparse 50 GB file would be read whole before protobuf refused it
+        raise ModelError(
+            f"{path} is {size / 2**30:.1f} GiB, over the 2 GiB a protobuf ONNX file can hold: give a .onnx file "
+            "(larger models keep weights in external data, which tvmbench does not read)"
         )
     data = path.read_bytes()
     try:
