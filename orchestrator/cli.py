@@ -51,6 +51,7 @@ DbOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
+MAX_BOARDS = 64  # board agents one command may start here: each is a process holding a TVM runtime
 NOT_FOUND = 2  # the exit status of every lookup that finds nothing (sweep, job, board), like a bad argument
 
 
@@ -308,7 +309,7 @@ def sweep_run(
     label: Annotated[
         str | None, typer.Option(help="Run as a new sweep under this label (measures again; builds stay cached).")
     ] = None,
-    boards: Annotated[int, typer.Option(help="Host boards of an ephemeral local farm.")] = 1,
+    boards: Annotated[int, typer.Option(help="Host boards of an ephemeral local farm.", min=0, max=MAX_BOARDS)] = 1,
     as_json: JsonOpt = False,
     farm_resource: FarmResourceOpt = None,
 ) -> None:
@@ -329,7 +330,7 @@ def sweep_resume(
     db: DbOpt = None,
     tracker: TrackerOpt = None,
     ray_address: RayOpt = None,
-    boards: Annotated[int, typer.Option(help="Host boards of an ephemeral local farm.")] = 1,
+    boards: Annotated[int, typer.Option(help="Host boards of an ephemeral local farm.", min=0, max=MAX_BOARDS)] = 1,
     as_json: JsonOpt = False,
 ) -> None:
     """Finish a stored sweep: only jobs without a final row run."""
@@ -379,7 +380,9 @@ def sweep_submit(
     tracker: TrackerOpt = None,
     label: Annotated[str | None, typer.Option(help="Submit as a new sweep under this label.")] = None,
     farm_resource: FarmResourceOpt = None,
-    boards: Annotated[int, typer.Option(help="Host boards of an ephemeral farm on the head (no --tracker).")] = 1,
+    boards: Annotated[
+        int, typer.Option(help="Host boards of an ephemeral farm on the head (no --tracker).", min=0, max=MAX_BOARDS)
+    ] = 1,
     as_json: JsonOpt = False,
 ) -> None:
     """Send a sweep to a Ray cluster as a Ray job and return its sweep id at once.
@@ -803,7 +806,7 @@ def report_cmd(
 
 @farm_app.command("up")
 def farm_up(
-    boards: Annotated[int, typer.Option(help="Number of host CPU boards.")] = 1,
+    boards: Annotated[int, typer.Option(help="Number of host CPU boards.", min=0, max=MAX_BOARDS)] = 1,
     key: Annotated[str, typer.Option(help="Tracker key of the boards.")] = "host",
     host: Annotated[
         str, typer.Option(help="Address to bind. Anything but 127.0.0.1 exposes remote code execution.")

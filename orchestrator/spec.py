@@ -362,6 +362,14 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
         paths[model.sha256] = path
         if inputs_file is not None:
             input_files[model.inputs_file_sha256] = inputs_file
+    seen: dict[Any, int] = {}
+    for i, m in enumerate(models):  # the same content with the same inputs is the same job under two names
+        same = seen.setdefault(canonical_hash([m.sha256, m.inputs, m.input_values()]), i)
+        if same != i:
+            raise SpecError(
+                f"models[{i}] ({m.name}) is the same model as models[{same}] ({models[same].name}): the same "
+                "file content with the same inputs; list it once (or give it other inputs or input_ranges)"
+            )
     if len({m.name for m in models}) != len(models):
         raise SpecError('models: two models share a name; give each a distinct name = "..."')
 

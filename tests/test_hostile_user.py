@@ -388,3 +388,28 @@ def test_a_huge_sparse_model_file_is_refused_unread(tmp_path: Path, home: Path) 
     result = invoke("sweep", "plan", str(write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n')))
     assert "is 3.0 GiB, over the 2 GiB a protobuf ONNX file can hold" in one_error_line(result)
     assert time.monotonic() - start < 10
+
+
+def test_the_same_model_twice_under_two_names_is_refused(tmp_path: Path, home: Path) -> None:
+    """Two entries, one file: their jobs would share one key (one row for two planned jobs)."""
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    (tmp_path / "copy.onnx").write_bytes((tmp_path / "m.onnx").read_bytes())
+    twice = '[[models]]\npath = "m.onnx"\nname = "a"\n[[models]]\npath = "copy.onnx"\nname = "b"\n'
+    line = one_error_line(invoke("sweep", "plan", str(write_sweep(tmp_path, twice))))
+    assert "models[1] (b) is the same model as models[0] (a)" in line, line
+    odd_models.write_odd_models(tmp_path / "models")
+    ranged = (
+        '[[models]]\npath = "models/gather_table.onnx"\nname = "a"\n'
+        '[[models]]\npath = "models/gather_table.onnx"\nname = "b"\ninput_ranges = { ids = [0, 1] }\n'
+    )
+    assert invoke("sweep", "plan", str(write_sweep(tmp_path, ranged, "r.toml"))).exit_code == 0
+
+
+def test_board_counts_are_bounded(tmp_path: Path, home: Path) -> None:
+    """`--boards 100000` would start that many agent processes on this machine."""
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    sweep = str(write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n'))
+    for args in (("sweep", "run", sweep, "--boards", "100000"), ("farm", "up", "--boards", "-1")):
+        result = invoke(*args)
+        assert result.exit_code == 2 and "--boards" in result.output, (args, result.output)
+    assert not (home / "farm.json").exists()
