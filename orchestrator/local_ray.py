@@ -74,8 +74,9 @@ def start_reaper() -> None:
         return
     # stdin is the pipe the reaper waits on; this process never writes to it, and the kernel closes it
     # when this process ends, however it ends. Its own session, so a ^C to the driver does not reach it.
+    # Run by path, not `-m orchestrator.local_ray`: a folder named orchestrator in the cwd must not shadow it.
     _reaper = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.local_ray"],
+        [sys.executable, os.path.abspath(__file__)],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
