@@ -25,11 +25,11 @@ import onnx
 import psutil
 import pytest
 
+from core.records import FINAL_STATUSES
 from orchestrator.farm import wait_until
 from tests import odd_models
 from tests.conftest import write_sweep
 from workers import model_zoo
-from workers.records import FINAL_STATUSES
 
 TVMBENCH = str(Path(sys.executable).with_name("tvmbench"))
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}

@@ -14,7 +14,7 @@ from rich.text import Text
 if TYPE_CHECKING:
     import pandas as pd
 
-    from orchestrator.compare import Comparison
+    from answers.compare import Comparison
 
 _VERDICT_STYLE = {"regression": "red", "broken": "red", "improvement": "green", "fixed": "green"}
 
