@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from core.errors import describe_missing
 from core.records import PIPELINES, MeasureSettings, ModelRef, TargetSpec, canonical_hash
 from workers.aot.boards import BOARDS, is_mcu_target
 from workers.executors import registry
@@ -445,7 +446,8 @@ def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:
     """Read and validate a sweep file; ``label`` (if given) overrides the file's, making a new sweep."""
     path = Path(path)
     if not path.is_file():
-        raise SpecError(f"{path}: no such sweep file; give the path to a .toml file")
+        what = "no such sweep file" if not path.exists() and not path.is_symlink() else describe_missing(path)
+        raise SpecError(f"{path}: {what}; give the path to a .toml file")
     try:
         text = path.read_text()
     except UnicodeDecodeError:
