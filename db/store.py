@@ -29,6 +29,21 @@ from db import models as m
 from workers import records
 
 T = TypeVar("T")
+# Run fields stored in columns of the same name (migration 0005: sampling, phases, memory, board state).
+RUN_DETAIL_FIELDS = (
+    "warmup_runs",
+    "stop_reason",
+    "ci_rel",
+    "sampling",
+    "upload_bytes",
+    "upload_s",
+    "load_s",
+    "first_ms",
+    "phases",
+    "peak_mem_mb",
+    "memory",
+    "board_state",
+)
 QUARANTINE_AFTER = 3  # infra/timeout failures in a row before a board is quarantined (see orchestrator/health.py)
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -301,6 +316,7 @@ class ResultStore:
                 "flash_bytes": (build.memory or {}).get("flash_bytes"),
                 "ram_bytes": (build.memory or {}).get("ram_bytes"),
                 "memory": build.memory,
+                **static_memory_columns(build.memory),
             }
             upsert(s, m.Build, values, ["build_key"])
 
@@ -353,6 +369,8 @@ class ResultStore:
                 "builds_in_flight": run.builds_in_flight,
                 "equivalent_to": run.equivalent_to,
                 "kernel_profile": run.kernel_profile,
+                **{name: getattr(run, name) for name in RUN_DETAIL_FIELDS},
+                "warnings": list(run.warnings),
                 "started_at": _ts(run.started_at),
                 "finished_at": _ts(run.finished_at),
             }
@@ -520,6 +538,10 @@ class ResultStore:
                     "ffi_version": build.ffi_version,
                     "host": build.host,
                     "memory": build.memory,
+                    "flash_bytes": build.flash_bytes,
+                    "ram_bytes": build.ram_bytes,
+                    "params_bytes": build.params_bytes,
+                    "planned_bytes": build.planned_bytes,
                 }
             )
             detail["runs"] = [
@@ -542,6 +564,8 @@ class ResultStore:
                     "builds_in_flight": r.builds_in_flight,
                     "equivalent_to": r.equivalent_to,
                     "kernel_profile": r.kernel_profile,
+                    **{name: getattr(r, name) for name in RUN_DETAIL_FIELDS},
+                    "warnings": r.warnings or [],
                     "started_at": r.started_at.isoformat() if r.started_at else None,
                     "finished_at": r.finished_at.isoformat() if r.finished_at else None,
                 }
@@ -568,6 +592,31 @@ class ResultStore:
             return list(s.scalars(select(m.Board).order_by(m.Board.key, m.Board.id)))
 
 
+MB = 1024 * 1024
+
+
+def static_memory_columns(memory: dict[str, Any] | None) -> dict[str, int | None]:
+    """params_bytes and planned_bytes of a build's memory dict, for VM and microcontroller builds alike:
+    a microcontroller's weights are its parameters, its arena and workspace its planned storage."""
+    memory = memory or {}
+    params = memory.get("params_bytes", memory.get("weights_bytes"))
+    planned = memory.get("planned_bytes")
+    if planned is None and "arena_bytes" in memory:
+        planned = memory["arena_bytes"] + memory.get("workspace_bytes", 0)
+    return {"params_bytes": params, "planned_bytes": planned}
+
+
+def peak_memory_mb(executor: str, run: m.Run | None, build: m.Build | None) -> float | None:
+    """The peak memory a configuration needs, in MB: what the board measured (session VmHWM), or for a
+    microcontroller build its static RAM (arena, workspace, I/O, stack: measured nowhere else, and exact
+    by construction). None when neither is known (a stock RPC server, an older row)."""
+    if run is not None and run.peak_mem_mb is not None:
+        return run.peak_mem_mb
+    if executor == records.AOT_EXECUTOR and build is not None and build.ram_bytes is not None:
+        return build.ram_bytes / MB
+    return None
+
+
 def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None) -> dict[str, Any]:
     return {
         "sweep_id": job.sweep_id,
@@ -588,6 +637,12 @@ def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None) -> dict[st
         "median": run.median if run else None,  # in `unit` (ms, or emulated instructions)
         "flash_bytes": build.flash_bytes if build else None,
         "ram_bytes": build.ram_bytes if build else None,
+        "peak_mem_mb": peak_memory_mb(job.executor, run, build),
+        "static_mem_mb": build.ram_bytes / MB if build and build.ram_bytes is not None else None,
+        "first_ms": run.first_ms if run else None,
+        "stop_reason": run.stop_reason if run else None,
+        "ci_rel": run.ci_rel if run else None,
+        "warnings": (run.warnings or []) if run else [],
         "max_abs_err": run.max_abs_err if run else None,
         "emulated": bool(run.emulated) if run else bool(job.config.get("emulated")),
         "equivalent_to": job.equivalent_to,

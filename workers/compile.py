@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.artifacts import elf_arch
+from workers.memory_plan import memory_plan_probe
 from workers.records import BASELINE_EXECUTOR, Build, Job, canonical_hash
 
 
@@ -120,10 +121,11 @@ def build_job(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
         return Build(status="model", error=f"ONNX import failed: {one_line(exc)}", **common), None
 
     trace = pass_trace_instrument()
+    memory = memory_plan_probe()
     started = time.perf_counter()
     try:
         target = make_target(job.target.tvm_target)
-        with tvm.transform.PassContext(opt_level=job.opt_level, instruments=[trace]):
+        with tvm.transform.PassContext(opt_level=job.opt_level, instruments=[trace, memory]):
             with target:
                 lowered = _pipeline(job.pipeline, target)(mod)
             executable = relax.build(lowered, target, relax_pipeline=None, exec_mode=job.executor.removeprefix("vm-"))
@@ -172,5 +174,14 @@ def build_job(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
         artifact_sha256=hashlib.sha256(data).hexdigest(),
         artifact_size=len(data),
         artifact_arch=elf_arch(data),
+        memory=_static_memory(memory),
         **common,
     ), data
+
+
+def _static_memory(probe: Any) -> dict[str, Any] | None:
+    """The build's static memory plan, or a record of why there is none (never a made-up zero)."""
+    try:
+        return probe.result()
+    except ValueError as exc:
+        return {"kind": "relax-static-plan", "available": False, "reason": str(exc)}

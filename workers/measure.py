@@ -20,8 +20,10 @@ import numpy as np
 
 from workers.artifacts import arch_compatible
 from workers.compile import one_line
+from workers.phases import PhaseLog
 from workers.records import BASELINE_EXECUTOR, Build, Job, Run
 from workers.reference import compare
+from workers.sampling import SamplingPlan, sample, time_evaluator_timer
 from workers.targets import presets_for, target_kind
 
 
@@ -247,26 +249,41 @@ def _measure_onnxruntime(
             **base,
         )
     name = f"tvmbench-{build.artifact_sha256[:16]}.onnx"
-    remote.upload(bytearray(model), name)
+    log = PhaseLog()
+    log.read_memory(remote, "before_load")
+    log.upload(remote, model, name)
+    log.notes["load"] = log.notes["first_inference"] = {
+        "available": False,
+        "reason": "ONNX Runtime loads and runs inside the agent's tvmbench.onnxruntime call (not timed apart)",
+    }
     names = [n for n, _, _ in job.model.inputs]
     dev = remote.cpu(0)
     args = [tvm.runtime.tensor(inputs[n], dev) for n in names]
     load = os.getloadavg()[0]
-    answer = json.loads(run_fn(name, settings.number, settings.repeat, json.dumps(names), *args))
+    answer = json.loads(run_fn(name, settings.number, 1, json.dumps(names), *args))
     if not answer.get("available"):
         return Run(status="build", error=f"{base['board_id']}: {answer.get('reason')}", finished_at=time.time(), **base)
     outputs = [np.load(io.BytesIO(base64.b64decode(o)), allow_pickle=False) for o in answer["outputs"]]
     max_abs, max_rel, wrong = check_outputs(outputs, reference, settings, base)
     if wrong is not None:
         return wrong
+
+    def timer(k: int) -> list[float]:  # each ask opens a fresh InferenceSession on the board, untimed
+        return json.loads(run_fn(name, settings.number, k, json.dumps(names), *args))["samples_ms"]
+
+    log.read_state(remote, "before")
+    sampled = sample(timer, SamplingPlan.from_settings(settings))
+    log.read_state(remote, "after")
+    log.read_memory(remote, "after_runs")
     if settings.profile:
         base["kernel_profile"] = {"available": False, "reason": "the onnxruntime executor has no per-kernel view"}
     return ok_run(
-        answer["samples_ms"],
+        sampled.samples_ms,
         max_abs_err=max_abs,
         max_rel_err=max_rel,
         load_avg_1m=load,
         builds_in_flight=builds_in_flight,
+        **log.fields(sampled),
         **base,
     )
 
@@ -527,24 +544,30 @@ def _run_on_board(
     if job.executor == BASELINE_EXECUTOR:
         return _measure_onnxruntime(remote, job, build, artifact, inputs, reference, base, builds_in_flight)
     dev = _device(remote, job)
-    vm = _load_vm(remote, artifact, build.artifact_sha256, dev)
+    log = PhaseLog()  # workers/phases.py: upload, load, first inference, memory and board state apart
+    log.read_memory(remote, "before_load")
+    log.upload(remote, artifact, artifact_name(build.artifact_sha256))
+    vm = log.load_vm(remote, artifact_name(build.artifact_sha256), dev)
     args = [tvm.runtime.tensor(inputs[n], dev) for n, _, _ in job.model.inputs]
-    outputs = _run_outputs(vm, args)
+    log.read_memory(remote, "after_load")
+    log.first_inference(remote, vm, dev, args)
+    outputs = _outputs_to_numpy(vm.get_outputs("main"))
     max_abs, max_rel, wrong = check_outputs(outputs, reference, settings, base)
     if wrong is not None:
         return wrong
     load = os.getloadavg()[0]
-    timer = vm.time_evaluator(
-        "main",
-        dev,
-        number=settings.number,
-        repeat=settings.repeat,
-        min_repeat_ms=settings.min_repeat_ms,
-        cooldown_interval_ms=settings.cooldown_ms,
-    )
-    samples = [float(r) * 1e3 for r in timer(*args).results]
+    log.read_state(remote, "before")
+    sampled = sample(time_evaluator_timer(vm, dev, settings, args), SamplingPlan.from_settings(settings))
+    log.read_state(remote, "after")
+    log.read_memory(remote, "after_runs")
     if settings.profile:
         base["kernel_profile"] = kernel_profile(remote, artifact_name(build.artifact_sha256), args, settings.repeat)
     return ok_run(
-        samples, max_abs_err=max_abs, max_rel_err=max_rel, load_avg_1m=load, builds_in_flight=builds_in_flight, **base
+        sampled.samples_ms,
+        max_abs_err=max_abs,
+        max_rel_err=max_rel,
+        load_avg_1m=load,
+        builds_in_flight=builds_in_flight,
+        **log.fields(sampled),
+        **base,
     )
