@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, case, func, select
 
 from db import models as m
 
@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 class QueryError(ValueError):
     """Bad input to a query (unknown sweep, column or value); the message names the culprit."""
 
+
+MB = 1024 * 1024
+# The peak memory of a configuration (MB): the board's measured session peak, else for a microcontroller
+# build its static RAM (db.store.peak_memory_mb says the same in Python). NULL when neither is known.
+peak_mem_mb_sql = func.coalesce(m.Run.peak_mem_mb, case((m.Job.executor == "aot-c", m.Build.ram_bytes / float(MB))))
 
 # Output columns, in order, and the SQL expression of each. The CLI prints exactly these.
 _COLUMNS: dict[str, Any] = {
@@ -49,6 +54,14 @@ _COLUMNS: dict[str, Any] = {
     "max": m.Run.max,
     "max_abs_err": m.Run.max_abs_err,
     "load_avg_1m": m.Run.load_avg_1m,
+    "first_ms": m.Run.first_ms,
+    "load_s": m.Run.load_s,
+    "stop_reason": m.Run.stop_reason,
+    "ci_rel": m.Run.ci_rel,
+    "warmup_runs": m.Run.warmup_runs,
+    "peak_mem_mb": peak_mem_mb_sql,
+    "static_mem_mb": m.Build.ram_bytes / float(MB),
+    "warnings": m.Run.warnings,
     "fingerprint": m.Build.fingerprint,
     "equivalent_to": m.Job.equivalent_to,
     "tvm_version": m.Sweep.tvm_version,
@@ -89,6 +102,7 @@ class Filters:
     status: str | None = None
     since: datetime | None = None  # job finished at or after
     until: datetime | None = None  # job finished before
+    max_memory_mb: float | None = None  # peak memory at most this (rows with no memory figure are left out)
 
     def describe(self) -> str:
         """The filters that are set, as "name=value" words, for titles."""
@@ -159,6 +173,8 @@ def apply_filters(stmt: Select, filters: Filters, sweep_id: str | None = None) -
         stmt = stmt.where(m.Job.finished_at >= filters.since)
     if filters.until is not None:
         stmt = stmt.where(m.Job.finished_at < filters.until)
+    if filters.max_memory_mb is not None:
+        stmt = stmt.where(peak_mem_mb_sql <= filters.max_memory_mb)
     return stmt
 
 
@@ -168,6 +184,17 @@ def filtered_select(
     """base_select + apply_filters, with the sweep reference resolved against the store."""
     sweep_id = resolve_sweep(store, filters.sweep).id if filters.sweep else None
     return apply_filters(base_select(columns, with_samples=with_samples), filters, sweep_id)
+
+
+def unknown_memory_count(store: ResultStore, filters: Filters) -> int:
+    """Ok results the other filters select whose peak memory is unknown (left out by ``max_memory_mb``)."""
+    from dataclasses import replace
+
+    stmt = filtered_select(store, replace(filters, max_memory_mb=None), ["job_key"]).where(
+        peak_mem_mb_sql.is_(None), m.Job.status == "ok"
+    )
+    with store.engine.connect() as conn:
+        return len(conn.execute(stmt).all())
 
 
 def frame(store: ResultStore, stmt: Select) -> pd.DataFrame:
