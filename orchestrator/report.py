@@ -221,7 +221,8 @@ def static_plan_line(memory: dict[str, Any]) -> str:
     return (
         f"params {_mb(memory['params_bytes'])} + planned intermediates {_mb(memory['planned_bytes'])} "
         f"({memory['planned_allocations']} allocation(s); {_mb(memory['unplanned_bytes'])} without planning)"
-        f" = {_mb(memory['ram_bytes'])} (relax.analysis.estimate_memory_usage after StaticPlanBlockMemory)" + dynamic
+        f" + largest kernel scratch {_mb(memory.get('kernel_scratch_bytes'))} = {_mb(memory['ram_bytes'])}"
+        " (relax.analysis.estimate_memory_usage after StaticPlanBlockMemory)" + dynamic
     )
 
 

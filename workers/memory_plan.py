@@ -4,6 +4,11 @@ TVM 0.27 has no runtime memory statistics; what it offers is ``relax.analysis.es
 a text report that is only meaningful right after ``StaticPlanBlockMemory`` (later passes lower the
 allocations to VM builtins it does not count). So a pass instrument takes the report, and counts the
 constants, at that point of the build's own pipeline, and the text is parsed here.
+
+The report counts Relax-level storage only. A fused kernel keeps its own intermediates (FuseTIR turns
+``matmul -> relu`` into one PrimFunc with the matmul result as an ``alloc_buffer``), allocated as
+workspace while that kernel runs: measured here, a 2048x2048 outer product peaked at twice the plan
+on the board for that reason. So the largest per-kernel scratch is counted too.
 """
 
 from __future__ import annotations
@@ -58,8 +63,43 @@ def constant_bytes(mod: Any) -> int:
     return total
 
 
+_CHILDREN = ("body", "block", "seq", "then_case", "else_case", "init")
+
+
+def kernel_scratch_bytes(func: Any) -> int:
+    """Bytes of the global-scope buffers a TIR PrimFunc allocates for itself (its intermediates)."""
+    import tvm
+
+    total = 0
+    stack = [func.body]
+    while stack:
+        node = stack.pop()
+        if node is None:
+            continue
+        if isinstance(node, list | tuple) or type(node).__name__ == "Array":
+            stack.extend(node)
+            continue
+        for buf in getattr(node, "alloc_buffers", None) or ():
+            if buf.scope() in ("global", ""):  # "local"/"shared" live in registers, stack or on-chip
+                count = 1
+                for dim in buf.shape:
+                    count *= int(dim)
+                total += count * tvm.runtime.DataType(buf.dtype).bits // 8
+        stack.extend(getattr(node, name, None) for name in _CHILDREN)
+    return total
+
+
+def max_kernel_scratch(mod: Any) -> int:
+    """The largest scratch of any one kernel: workspaces are freed when their kernel returns."""
+    from tvm import tirx
+
+    sizes = [kernel_scratch_bytes(f) for _, f in mod.functions_items() if isinstance(f, tirx.PrimFunc)]
+    return max(sizes, default=0)
+
+
 def memory_plan_probe() -> Any:
-    """A PassContext instrument that, after StaticPlanBlockMemory, keeps the estimate and the constant bytes.
+    """A PassContext instrument that, after StaticPlanBlockMemory, keeps the estimate, the constant bytes
+    and the largest kernel scratch.
 
     ``probe.result()`` is the build's ``memory`` dict, or None when the pass did not run.
     """
@@ -71,22 +111,27 @@ def memory_plan_probe() -> Any:
         def __init__(self) -> None:
             self.text: str | None = None
             self.params: int | None = None
+            self.scratch: int | None = None
 
         def run_after_pass(self, mod: Any, info: Any) -> None:
             if info.name == PLAN_PASS and self.text is None:
                 self.text = relax.analysis.estimate_memory_usage(mod)
                 self.params = constant_bytes(mod)
+                self.scratch = max_kernel_scratch(mod)
 
         def result(self) -> dict[str, Any] | None:
             if self.text is None or self.params is None:
                 return None
             plan = parse_estimate(self.text)
+            scratch = self.scratch or 0
             return {
                 "kind": "relax-static-plan",
                 **plan,
                 "params_bytes": self.params,
-                # What the program needs before the runtime's own overhead: weights + planned storage.
-                "ram_bytes": self.params + plan["planned_bytes"],
+                "kernel_scratch_bytes": scratch,
+                # What the program needs before the runtime's own overhead: weights, planned storage and
+                # the largest kernel's own intermediates.
+                "ram_bytes": self.params + plan["planned_bytes"] + scratch,
             }
 
     return MemoryPlanProbe()
