@@ -486,6 +486,8 @@ def measure_job(
         if golden is None or session.board_id in checked:
             break
         board_id, facts = session.board_id, board_facts(session.remote)
+        if not arch_compatible(build.artifact_arch, (facts or {}).get("arch")):
+            break  # the job's own artifact cannot run here either: it ends as a `build` error, not the board's fault
         problem = run_golden(session.remote, golden, job)
         del session  # closes the golden model's session
         gc.collect()
