@@ -32,7 +32,7 @@ def build(model: Any, name: str) -> tuple[bytes, dict[str, np.ndarray], Any]:
 
     from orchestrator.plan import plan_jobs
     from orchestrator.spec import load_spec
-    from workers.compile import build_job
+    from workers.executors.registry import build_job
     from workers.onnx_model import seeded_inputs
 
     tmp = Path(tempfile.mkdtemp(prefix="tvmbench-fidelity-"))
@@ -97,11 +97,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     opts = parser.parse_args()
 
+    from answers.stats import median_ci, ratio_ci
     from orchestrator.farm import LocalFarm
-    from orchestrator.stats import median_ci, ratio_ci
     from workers import model_zoo
-    from workers.measure import request_session
     from workers.sampling import SamplingPlan, sample
+    from workers.tracker_client import request_session
 
     load_before = os.getloadavg()
     figures: dict[str, Any] = {"cores": os.cpu_count(), "load_avg_before": load_before}

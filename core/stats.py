@@ -1,7 +1,7 @@
 """Confidence intervals on raw timing samples, shared by the data plane and the answers.
 
 The adaptive sampler (workers/sampling.py, next to the board) and the rankings and comparisons
-(orchestrator/stats.py) must agree on what "the 95 % CI of the median" is, so it lives once, here, in a
+(answers/stats.py) must agree on what "the 95 % CI of the median" is, so it lives once, here, in a
 package both may import (the data plane must not import the control plane). Every random draw is seeded,
 so the same samples give the same interval twice.
 """

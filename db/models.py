@@ -23,6 +23,22 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+# Run fields stored in columns of the same name (migration 0005: sampling, phases, memory, board state).
+RUN_DETAIL_FIELDS = (
+    "warmup_runs",
+    "stop_reason",
+    "ci_rel",
+    "sampling",
+    "upload_bytes",
+    "upload_s",
+    "load_s",
+    "first_ms",
+    "phases",
+    "peak_mem_mb",
+    "memory",
+    "board_state",
+)
+
 
 class Base(DeclarativeBase):
     pass

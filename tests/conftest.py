@@ -17,7 +17,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 from db.store import ResultStore
 from orchestrator.farm import LocalFarm, free_port, stop_pid, wait_until
 from workers import model_zoo
-from workers.measure import registered_keys, tracker_summary
+from workers.tracker_client import registered_keys, tracker_summary
 
 
 @pytest.fixture

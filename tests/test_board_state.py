@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from answers.report import board_state_line
 from workers import board_state
 
 
@@ -59,7 +60,7 @@ def test_no_cpufreq_is_unavailable_with_a_reason_and_no_warning(tmp_path: Path) 
     assert state["thermal"]["available"] is False and state["thermal"]["reason"]
     assert "cores" not in state["cpufreq"]  # nothing pretends to be a zero
     assert board_state.assess(state, state) == []
-    assert "unavailable" in board_state.summary(state)
+    assert "unavailable" in board_state_line(state)
 
 
 def test_session_memory_reads_this_process(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import onnx
 import pytest
 
+from answers import query as reads
 from orchestrator.farm import LocalFarm
 from orchestrator.scheduler import run_sweep
 from orchestrator.spec import load_spec
@@ -37,8 +38,8 @@ def _sweep(tmp: Path, models: list[Path], measure: str, targets: str = '[[target
 
 def _runs(store, spec) -> dict[tuple[str, str], dict]:
     out = {}
-    for row in store.results(spec.sweep_id):
-        detail = store.job_detail(row["job_key"], spec.sweep_id)
+    for row in reads.results(store, spec.sweep_id):
+        detail = reads.job_detail(store, row["job_key"], spec.sweep_id)
         out[(row["model"], row["target"])] = {**detail["runs"][-1], "row": row, "build": detail["build"]}
     return out
 
@@ -56,7 +57,7 @@ def test_adaptive_sampling_reaches_the_ci_and_memory_follows_the_intermediate(
     measure = "number = 5\nwarmup = 3\ntarget_rel_ci = 0.05\nmin_repeat = 5\nmax_s = 20\n"
     spec = load_spec(_sweep(tmp_path, [models_dir / "tiny_mlp.onnx", outer_model], measure))
     outcome = run_sweep(spec, store, local_farm.tracker, ArtifactCache(home / "artifacts"))
-    assert dict(outcome.statuses) == {"ok": 2}, store.results(spec.sweep_id)
+    assert dict(outcome.statuses) == {"ok": 2}, reads.results(store, spec.sweep_id)
     runs = _runs(store, spec)
     tiny, outer = runs[("tiny_mlp", "host")], runs[("outer_product", "host")]
 
@@ -105,13 +106,13 @@ def test_adaptive_sampling_reaches_the_ci_and_memory_follows_the_intermediate(
             assert not any("governor" in w or "clock" in w for w in run["warnings"])
 
     # The answers show the new figures: list/best carry peak MB, query filters by it.
-    from orchestrator import query, ranking
+    from answers import ranking
 
-    rows = {r["model"]: r for r in store.results(spec.sweep_id)}
+    rows = {r["model"]: r for r in reads.results(store, spec.sweep_id)}
     assert rows["outer_product"]["peak_mem_mb"] == pytest.approx(outer["peak_mem_mb"])
-    fits = query.query(store, query.Filters(sweep=spec.sweep_id, max_memory_mb=(tiny["peak_mem_mb"] + 4)))
+    fits = reads.query(store, reads.Filters(sweep=spec.sweep_id, max_memory_mb=(tiny["peak_mem_mb"] + 4)))
     assert list(fits["model"]) == ["tiny_mlp"]
-    first = ranking.best(store, query.Filters(sweep=spec.sweep_id), metric="first")
+    first = ranking.best(store, reads.Filters(sweep=spec.sweep_id), metric="first")
     assert {r["model"]: r["best_median"] for r in first} == {
         "tiny_mlp": pytest.approx(tiny["first_ms"]),
         "outer_product": pytest.approx(outer["first_ms"]),
@@ -140,7 +141,7 @@ def test_fixed_repeat_with_warmup_on_agent_and_stock_boards(
     targets = '[[targets]]\npreset = "host"\n[[targets]]\npreset = "host"\nname = "host-stock"\nboard_key = "stock"\n'
     spec = load_spec(_sweep(tmp_path, [models_dir / "tiny_cnn.onnx"], "number = 2\nrepeat = 4\nwarmup = 5\n", targets))
     outcome = run_sweep(spec, store, local_farm.tracker, ArtifactCache(home / "artifacts"))
-    assert dict(outcome.statuses) == {"ok": 2}, store.results(spec.sweep_id)
+    assert dict(outcome.statuses) == {"ok": 2}, reads.results(store, spec.sweep_id)
     runs = _runs(store, spec)
     for target in ("host", "host-stock"):
         run = runs[("tiny_cnn", target)]

@@ -12,9 +12,9 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import MetaData, inspect, select
 
+from answers import query as reads
+from core.records import Run
 from db.store import MIGRATIONS, ResultStore, make_engine
-from orchestrator import query
-from workers.records import Run
 
 NEW_RUN_COLUMNS = {"warmup_runs", "stop_reason", "ci_rel", "sampling", "upload_bytes", "upload_s", "load_s"}
 NEW_RUN_COLUMNS |= {"first_ms", "phases", "peak_mem_mb", "memory", "board_state", "warnings"}
@@ -136,10 +136,10 @@ def test_old_database_upgrades_in_place_and_reads(db_url: str) -> None:
             assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar_one() == "0005"
 
         # The old row keeps its figures and reads as "not measured" for everything new.
-        (row,) = store.results("s1")
+        (row,) = reads.results(store, "s1")
         assert row["median_ms"] == 1.0 and row["samples"] == [1.0, 1.1, 0.9]
         assert row["peak_mem_mb"] is None and row["first_ms"] is None and row["warnings"] == []
-        run = store.job_detail("k", "s1")["runs"][0]
+        run = reads.job_detail(store, "k", "s1")["runs"][0]
         assert run["stop_reason"] is None and run["memory"] is None and run["board_state"] is None
 
         # The upgraded database takes new runs with the new figures next to the old ones.
@@ -160,14 +160,14 @@ def test_old_database_upgrades_in_place_and_reads(db_url: str) -> None:
             ),
             final=False,
         )
-        runs = store.job_detail("k", "s1")["runs"]
+        runs = reads.job_detail(store, "k", "s1")["runs"]
         assert [r["peak_mem_mb"] for r in runs] == [None, 120.5]
         assert runs[1]["warnings"] == ["governor 'powersave' on cpu 0"] and runs[1]["warmup_runs"] == 3
 
         # "Which configurations fit": the old run has no memory figure, so it is not claimed to fit.
-        assert query.query(store, query.Filters(max_memory_mb=10_000)).empty
-        assert query.unknown_memory_count(store, query.Filters()) == 1
+        assert reads.query(store, reads.Filters(max_memory_mb=10_000)).empty
+        assert reads.unknown_memory_count(store, reads.Filters()) == 1
         with store.engine.connect() as conn:
-            assert conn.execute(select(query.m.Run.id)).all()  # nothing was lost on the way
+            assert conn.execute(select(reads.m.Run.id)).all()  # nothing was lost on the way
     finally:
         store.close()

@@ -163,29 +163,3 @@ def assess(
     if warmed:
         warnings.append(f"temperature moved by more than {temp_drift_c:g} C during the samples: " + ", ".join(warmed))
     return warnings
-
-
-def summary(state: dict[str, Any] | None) -> str:
-    """One line for `results show`: governors, clock range, hottest zone, load."""
-    if not state:
-        return "unavailable"
-    if state.get("available") is False:
-        return f"unavailable ({state.get('reason')})"
-    parts = []
-    freq = state.get("cpufreq") or {}
-    if freq.get("available"):
-        governors = sorted({c.get("governor") or "?" for c in freq["cores"]})
-        cur = [c["cur_khz"] for c in freq["cores"] if c.get("cur_khz")]
-        clocks = f" {min(cur) / 1000:.0f}-{max(cur) / 1000:.0f} MHz" if cur else ""
-        parts.append(f"{len(freq['cores'])} cores {'/'.join(governors)}{clocks}")
-    else:
-        parts.append(f"cpufreq unavailable ({freq.get('reason')})")
-    th = state.get("thermal") or {}
-    if th.get("available"):
-        hottest = max(th["zones"], key=lambda z: z["temp_c"])
-        parts.append(f"{hottest['temp_c']:.1f} C ({hottest['type'] or hottest['zone']})")
-    else:
-        parts.append(f"thermal unavailable ({th.get('reason')})")
-    if state.get("load_avg"):
-        parts.append("load " + " ".join(f"{x:.2f}" for x in state["load_avg"]))
-    return "; ".join(parts)

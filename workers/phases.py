@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.errors import one_line
 from workers.board_state import assess
 from workers.sampling import Sampled
 
@@ -30,8 +31,6 @@ def agent_json(remote: Any, name: str, what: str, *args: Any) -> dict[str, Any]:
     try:
         return json.loads(fn(*args))
     except Exception as exc:  # the agent is there but the reading failed: keep the reason
-        from workers.compile import one_line
-
         return {"available": False, "reason": f"{name} failed on the board: {one_line(exc)}"}
 
 

@@ -235,8 +235,6 @@ def _mb(n_bytes: float | None) -> str:
 
 def run_measurement_lines(r: dict[str, Any]) -> list[str]:
     """Sampling, phases, memory and board state of one run (rows before migration 0005 have none)."""
-    from workers.board_state import summary
-
     lines = []
     sampling = r.get("sampling")
     if sampling:
@@ -270,8 +268,8 @@ def run_measurement_lines(r: dict[str, Any]) -> list[str]:
             lines.append(f"memory: unavailable ({memory.get('reason')})")
     state = r.get("board_state")
     if state:
-        lines.append(f"board before: {summary(state.get('before'))}")
-        lines.append(f"board after:  {summary(state.get('after'))}")
+        lines.append(f"board before: {board_state_line(state.get('before'))}")
+        lines.append(f"board after:  {board_state_line(state.get('after'))}")
     for w in r.get("warnings") or []:
         lines.append(f"[red]warning:[/] {w}")
     return lines
@@ -280,3 +278,29 @@ def run_measurement_lines(r: dict[str, Any]) -> list[str]:
 def _unavailable(what: str, notes: dict[str, Any], key: str | None = None) -> str:
     reason = (notes.get(key or what) or {}).get("reason")
     return f"{what} unavailable" + (f" ({reason})" if reason else "")
+
+
+def board_state_line(state: dict[str, Any] | None) -> str:
+    """A board state (workers/board_state.read_state) in one line: governors, clock range, hottest zone, load."""
+    if not state:
+        return "unavailable"
+    if state.get("available") is False:
+        return f"unavailable ({state.get('reason')})"
+    parts = []
+    freq = state.get("cpufreq") or {}
+    if freq.get("available"):
+        governors = sorted({c.get("governor") or "?" for c in freq["cores"]})
+        cur = [c["cur_khz"] for c in freq["cores"] if c.get("cur_khz")]
+        clocks = f" {min(cur) / 1000:.0f}-{max(cur) / 1000:.0f} MHz" if cur else ""
+        parts.append(f"{len(freq['cores'])} cores {'/'.join(governors)}{clocks}")
+    else:
+        parts.append(f"cpufreq unavailable ({freq.get('reason')})")
+    th = state.get("thermal") or {}
+    if th.get("available"):
+        hottest = max(th["zones"], key=lambda z: z["temp_c"])
+        parts.append(f"{hottest['temp_c']:.1f} C ({hottest['type'] or hottest['zone']})")
+    else:
+        parts.append(f"thermal unavailable ({th.get('reason')})")
+    if state.get("load_avg"):
+        parts.append("load " + " ".join(f"{x:.2f}" for x in state["load_avg"]))
+    return "; ".join(parts)
