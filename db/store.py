@@ -402,6 +402,7 @@ class ResultStore:
                 "flash_bytes": (build.memory or {}).get("flash_bytes"),
                 "ram_bytes": (build.memory or {}).get("ram_bytes"),
                 "memory": build.memory,
+                **static_memory_columns(build.memory),
             }
             upsert(s, m.Build, values, ["build_key"])
 
@@ -454,6 +455,8 @@ class ResultStore:
                 "builds_in_flight": run.builds_in_flight,
                 "equivalent_to": run.equivalent_to,
                 "kernel_profile": run.kernel_profile,
+                **{name: getattr(run, name) for name in m.RUN_DETAIL_FIELDS},
+                "warnings": list(run.warnings),
                 "started_at": _ts(run.started_at),
                 "finished_at": _ts(run.finished_at),
             }
@@ -558,3 +561,14 @@ class ResultStore:
             job = self._job_row(s, sweep_id, job_key)
             top = s.scalar(select(func.max(m.Run.attempt)).where(m.Run.job_id == job.id))
             return (top or 0) + 1
+
+
+def static_memory_columns(memory: dict[str, Any] | None) -> dict[str, int | None]:
+    """params_bytes and planned_bytes of a build's memory dict, for VM and microcontroller builds alike:
+    a microcontroller's weights are its parameters, its arena and workspace its planned storage."""
+    memory = memory or {}
+    params = memory.get("params_bytes", memory.get("weights_bytes"))
+    planned = memory.get("planned_bytes")
+    if planned is None and "arena_bytes" in memory:
+        planned = memory["arena_bytes"] + memory.get("workspace_bytes", 0)
+    return {"params_bytes": params, "planned_bytes": planned}
