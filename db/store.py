@@ -30,6 +30,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from core import records
+from core.errors import describe_missing
 from core.health import next_state
 from db import models as m
 
@@ -76,7 +77,6 @@ def sqlite_path(url: str) -> Path | None:
 
 def check_sqlite_path(path: Path) -> None:
     """Fail at once (not after the write retries) when ``path`` cannot be a SQLite database file."""
-    from workers.onnx_model import describe_missing
 
     if path.exists() and not path.is_file():
         raise StoreError(
