@@ -18,10 +18,11 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from sqlalchemy import Insert, create_engine, event, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -56,8 +57,36 @@ def _ts(value: float | None) -> datetime | None:
     return datetime.fromtimestamp(value, UTC) if value is not None else None
 
 
-def make_engine(url: str) -> Engine:
-    """An engine with the per-backend settings that make writes durable and concurrent."""
+def readonly_url(url: str) -> URL:
+    """The SQLite URL opened read-only (``mode=ro``): it can neither write nor create the file."""
+    parsed = make_url(url)
+    if not parsed.database or parsed.database == ":memory:":
+        raise ValueError(f"{url}: an in-memory SQLite database cannot be opened read-only; give a file")
+    path = Path(parsed.database).expanduser().resolve()
+    # A URI filename, handed to sqlite3 as is (a URL object is not percent-decoded again): characters
+    # such as "?", "#" or "%" in the path must be encoded.
+    return URL.create(parsed.drivername, database=f"file:{quote(str(path))}", query={"mode": "ro", "uri": "true"})
+
+
+def make_engine(url: str, *, readonly: bool = False) -> Engine:
+    """An engine with the per-backend settings that make writes durable and concurrent.
+
+    ``readonly``: SQLite opens the file with ``mode=ro`` (plus ``query_only``); PostgreSQL sessions start
+    with ``default_transaction_read_only``, so any write is refused by the database itself.
+    """
+    if readonly and url.startswith("sqlite"):
+        engine = create_engine(readonly_url(url), connect_args={"timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_readonly(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA query_only=ON")
+            cur.close()
+
+        return engine
+    if readonly:
+        return create_engine(url, pool_pre_ping=True, connect_args={"options": "-c default_transaction_read_only=on"})
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30})
 
@@ -115,13 +144,34 @@ def upgrade(engine: Engine) -> None:
         command.upgrade(config, "head")
 
 
+def schema_problem(engine: Engine) -> str | None:
+    """None when the database's schema is at the newest migration, else what is wrong and what to run."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+    with engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    if current == head:
+        return None
+    if current is None:
+        return "it holds no tvmbench schema (an empty or foreign database); run a sweep or `tvmbench db upgrade` first"
+    return f"its schema is at revision {current}, this tvmbench needs {head}: run `tvmbench db upgrade --db ...`"
+
+
 class ResultStore:
     """Writes and queries of one results database."""
 
-    def __init__(self, url: str | None = None, *, migrate: bool = True) -> None:
+    def __init__(self, url: str | None = None, *, migrate: bool = True, readonly: bool = False) -> None:
+        """Open ``url`` (default: TVMBENCH_DB, else SQLite in TVMBENCH_HOME) and bring its schema up to date.
+
+        ``readonly``: the database refuses every write (see make_engine) and no migration runs; the
+        schema must already be current (``schema_problem`` says when it is not).
+        """
         self.url = url or default_url()
-        self.engine = make_engine(self.url)
-        if migrate:
+        self.readonly = readonly
+        self.engine = make_engine(self.url, readonly=readonly)
+        if migrate and not readonly:
             self._retry(lambda: upgrade(self.engine))
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 

@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from dashboard.command import serve as serve_command
 from orchestrator import farm as farm_mod
 from orchestrator import report
 from orchestrator.spec import SpecError, load_spec
@@ -34,6 +35,7 @@ app.add_typer(results_app, name="results")
 app.add_typer(farm_app, name="farm")
 app.add_typer(targets_app, name="targets")
 app.add_typer(db_app, name="db")
+app.command("serve")(serve_command)
 
 # Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default.
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -492,24 +494,15 @@ def results_list(
 
 @results_app.command("sweeps")
 def results_sweeps(db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """The sweeps in the database, newest first."""
-    rows = [
-        {
-            "sweep_id": s.id,
-            "name": s.name,
-            "label": s.label,
-            "status": s.status,
-            "jobs": s.job_count,
-            "created_at": s.created_at.isoformat(),
-            "tvm_version": s.tvm_version,
-            "source": s.source_path,
-        }
-        for s in _store(db).list_sweeps()
-    ]
+    """The sweeps in the database, newest first, with their progress (jobs final / ok / failed / pending)."""
+    from orchestrator.query import sweeps_overview
+
+    rows = sweeps_overview(_store(db))
     if as_json:
         _print_json(rows)
         return
-    report.simple_table(console, rows, title="sweeps")
+    hidden = ("statuses", "finished_at")  # in --json; the table stays readable in a terminal
+    report.simple_table(console, [{k: v for k, v in r.items() if k not in hidden} for r in rows], title="sweeps")
 
 
 @results_app.command("show")
@@ -526,36 +519,23 @@ def results_show(
 ) -> None:
     """One job: configuration, build facts, pass trace, samples, errors, top kernels; --diff another job."""
     from orchestrator import analysis_views, why
-    from orchestrator.query import resolve_sweep
 
-    store = _store(db)
     with _query_errors():  # a sweep may be named by label too
-        sweep = resolve_sweep(store, sweep).id if sweep else None
-        diff_sweep = resolve_sweep(store, diff_sweep).id if diff_sweep else None
-    detail = store.job_detail(job, sweep)
-    if detail is None:
-        fail(f"no job with key starting {job!r}; `tvmbench results list` shows the keys")
-    other = None
-    if diff is not None:
-        other = store.job_detail(diff, diff_sweep)
-        if other is None:
-            fail(f"no job with key starting {diff!r} to diff against; `tvmbench results list` shows the keys")
-    kernels = why.kernel_profile(store, detail["job_key"], detail["sweep_id"])
-    trace_a = (detail.get("build") or {}).get("pass_trace") or []
-    trace_b = ((other or {}).get("build") or {}).get("pass_trace") or []
-    label_a, label_b = (f"{d['job_key'][:12]} {d['executor']} O{d['opt_level']}" for d in (detail, other or detail))
-    pass_diff = why.pass_trace_diff(trace_a, trace_b, label_a, label_b) if other else None
+        try:
+            shown = why.show(_store(db), job, sweep, diff_ref=diff, diff_sweep_ref=diff_sweep)
+        except why.JobNotFound as exc:
+            fail(str(exc))
     if as_json:
-        extra = {"kernel_profile": kernels, "diff_job": other and other["job_key"], "pass_diff": pass_diff}
-        _print_json({**detail, **extra})
+        _print_json(shown)
         return
-    report.job_detail(console, detail)
-    analysis_views.print_kernels(console, kernels, top)
-    if other is not None:
+    report.job_detail(console, shown)
+    analysis_views.print_kernels(console, shown["kernel_profile"], top)
+    if shown["diff_job"] is not None:
+        label_a, label_b = shown["diff_labels"]
         console.print(f"[bold]pass trace diff[/] {label_a} -> {label_b}:", highlight=False)
-        if not pass_diff:
-            console.print(f"  identical ({len(trace_a)} passes)")
-        for line in pass_diff or []:
+        if not shown["pass_diff"]:
+            console.print(f"  identical ({len((shown.get('build') or {}).get('pass_trace') or [])} passes)")
+        for line in shown["pass_diff"] or []:
             style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
             console.print(f"  [{style}]{line}[/]", highlight=False, markup=True)
 
@@ -705,17 +685,7 @@ def results_compare(
     with _query_errors():
         result = compare(_store(db), sweep_a, sweep_b, threshold=threshold, alpha=alpha)
     if as_json:
-        _print_json(
-            {
-                "sweep_a": result.sweep_a,
-                "sweep_b": result.sweep_b,
-                "summary": result.summary(),
-                "geomean_ratio": analysis_views._jsonable(result.geomean_ratio),
-                "only_a": result.only_a,
-                "only_b": result.only_b,
-                "rows": analysis_views.records(result.rows),
-            }
-        )
+        _print_json(result.to_json())
     else:
         analysis_views.print_compare(console, result, show_all)
     if result.count("regression") or result.count("broken"):
@@ -872,35 +842,9 @@ def farm_list(
     if not address:
         fail("no farm configured: `tvmbench farm up` starts a local one, `tvmbench farm connect HOST:PORT` uses yours")
     try:
-        rows = farm_mod.board_rows(address)
+        rows = farm_mod.farm_rows(address, _store(db).boards(), live=live)
     except OSError as exc:
         fail(f"tracker {address} does not answer ({exc}); is it running? (`tvmbench farm up`)")
-    known = {b.id: b for b in _store(db).boards()}
-    try:
-        fresh = farm_mod.live_board_facts(address) if live else {}
-    except OSError:
-        fresh = {}
-    for row in rows:
-        board = known.get(row["board"])
-        facts = fresh.get(row["board"]) or (board.facts if board else None) or {}
-        health = board.state if board else "new"
-        # Answered now: free (or its recorded health if that is bad); not answered: in use.
-        answered = "free" if health in ("new", "ok") else health
-        state = answered if row["board"] in fresh else ("busy" if live else health)
-        row.update(
-            {
-                "state": state,
-                "agent": "tvmbench" if facts else ("stock" if row["board"] in fresh else None),
-                "arch": facts.get("arch") or (board.arch if board else None),
-                "emulated": facts.get("emulated", board.emulated if board else None),
-                "cpu": facts.get("cpu_model"),
-                "cores": facts.get("cores"),
-                "mem_mb": facts.get("mem_total_mb"),
-                "os": facts.get("os"),
-                "tvm": facts.get("tvm_version"),
-                "facts": facts or None,
-            }
-        )
     if as_json:
         _print_json({"tracker": address, "boards": rows})
         return

@@ -26,6 +26,23 @@ RPC_WARNING = (
 )
 
 
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps a service on this machine (127.0.0.0/8, ::1, "localhost")."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
+
+
+def warn_exposed(what: str, host: str, risk: str = RPC_WARNING) -> None:
+    """The one warning every service tvmbench starts prints when it listens beyond loopback."""
+    print(f"warning: {what} listening on {host}: {risk}", file=sys.stderr)
+
+
 class FarmError(RuntimeError):
     """The farm could not be started or reached; the message says what to do."""
 
@@ -231,7 +248,7 @@ class LocalFarm:
         provisioned root (``board_roots[key]``, else ``board_root(key)``).
         """
         if host != LOOPBACK:
-            print(f"warning: farm listening on {host}: {RPC_WARNING}", file=sys.stderr)
+            warn_exposed("farm", host)
         port = tracker_port or free_port(host)
         proc = _spawn(
             _tracker_cmd(host, port),
@@ -419,3 +436,72 @@ def live_board_facts(tracker: str, deadline_s: float = 5.0) -> dict[str, dict[st
         finally:
             sessions.clear()  # dropping the sessions frees the boards
     return facts
+
+
+def _db_row(board: Any) -> dict[str, Any]:
+    """What the results database knows of a board: its health and the failures counting to quarantine."""
+    return {
+        "health": board.state,
+        "failures_in_a_row": board.consecutive_failures,
+        "last_seen": board.last_seen.isoformat() if board.last_seen else None,
+    }
+
+
+def farm_rows(tracker: str, known_boards: list[Any], *, live: bool = True) -> list[dict[str, Any]]:
+    """`farm list`: every board the tracker knows, its state (free/busy/health) and facts.
+
+    Facts come live from each free board when ``live`` (a session per free board), else from the
+    database rows ``known_boards`` (``ResultStore.boards()``). OSError when the tracker does not answer.
+    """
+    rows = board_rows(tracker)
+    known = {b.id: b for b in known_boards}
+    try:
+        fresh = live_board_facts(tracker) if live else {}
+    except OSError:
+        fresh = {}
+    for row in rows:
+        board = known.get(row["board"])
+        facts = fresh.get(row["board"]) or (board.facts if board else None) or {}
+        health = board.state if board else "new"
+        # Answered now: free (or its recorded health if that is bad); not answered: in use.
+        answered = "free" if health in ("new", "ok") else health
+        state = answered if row["board"] in fresh else ("busy" if live else health)
+        row.update(
+            {
+                "state": state,
+                "agent": "tvmbench" if facts else ("stock" if row["board"] in fresh else None),
+                "arch": facts.get("arch") or (board.arch if board else None),
+                "emulated": facts.get("emulated", board.emulated if board else None),
+                "cpu": facts.get("cpu_model"),
+                "cores": facts.get("cores"),
+                "mem_mb": facts.get("mem_total_mb"),
+                "os": facts.get("os"),
+                "tvm": facts.get("tvm_version"),
+                "failures_in_a_row": board.consecutive_failures if board else 0,
+                "facts": facts or None,
+            }
+        )
+    return rows
+
+
+def known_board_rows(known_boards: list[Any]) -> list[dict[str, Any]]:
+    """Every board the results database has seen (``ResultStore.boards()``): key, health, facts."""
+    rows = []
+    for board in known_boards:
+        facts = board.facts or {}
+        rows.append(
+            {
+                "board": board.id,
+                "key": board.key,
+                "arch": board.arch,
+                "emulated": board.emulated,
+                **_db_row(board),
+                "cpu": facts.get("cpu_model"),
+                "cores": facts.get("cores"),
+                "mem_mb": facts.get("mem_total_mb"),
+                "os": facts.get("os"),
+                "tvm": facts.get("tvm_version"),
+                "facts": facts or None,
+            }
+        )
+    return rows

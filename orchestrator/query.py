@@ -11,9 +11,10 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, func, select
 
 from db import models as m
+from workers.records import FINAL_STATUSES, PENDING_STATUSES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -116,6 +117,47 @@ def resolve_sweep(store: ResultStore, ref: str) -> m.Sweep:
         if named is not None:
             return named
     raise QueryError(f"no sweep {ref!r} (id, id prefix, label or name); `tvmbench results sweeps` lists them")
+
+
+def sweeps_overview(store: ResultStore, sweep_id: str | None = None) -> list[dict[str, Any]]:
+    """Every sweep (or the one of id ``sweep_id``), newest first, with its progress (`results sweeps`).
+
+    Progress is jobs final / ok / failed / pending, one GROUP BY over the jobs, so a running sweep's
+    progress costs one query however many sweeps there are.
+    """
+    sweeps_q = select(m.Sweep).order_by(m.Sweep.created_at.desc())
+    counts_q = select(m.Job.sweep_id, m.Job.status, func.count()).group_by(m.Job.sweep_id, m.Job.status)
+    if sweep_id is not None:
+        sweeps_q, counts_q = sweeps_q.where(m.Sweep.id == sweep_id), counts_q.where(m.Job.sweep_id == sweep_id)
+    with store._sessions() as s:
+        sweeps = list(s.scalars(sweeps_q))
+        counted = s.execute(counts_q)
+        statuses: dict[str, dict[str, int]] = {}
+        for sid, status, n in counted:
+            statuses.setdefault(sid, {})[status] = int(n)
+    rows = []
+    for sw in sweeps:
+        counts = statuses.get(sw.id, {})
+        final = sum(n for st, n in counts.items() if st in FINAL_STATUSES)
+        rows.append(
+            {
+                "sweep_id": sw.id,
+                "name": sw.name,
+                "label": sw.label,
+                "status": sw.status,
+                "jobs": sw.job_count,
+                "final": final,
+                "ok": counts.get("ok", 0),
+                "failed": final - counts.get("ok", 0),
+                "pending": sum(n for st, n in counts.items() if st in PENDING_STATUSES),
+                "statuses": dict(sorted(counts.items())),
+                "created_at": sw.created_at.isoformat(),
+                "finished_at": sw.finished_at.isoformat() if sw.finished_at else None,
+                "tvm_version": sw.tvm_version,
+                "source": sw.source_path,
+            }
+        )
+    return rows
 
 
 def base_select(columns: Sequence[str] = COLUMNS, *, with_samples: bool = False) -> Select:

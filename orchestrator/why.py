@@ -16,6 +16,11 @@ from db import models as m
 if TYPE_CHECKING:
     from db.store import ResultStore
 
+
+class JobNotFound(LookupError):
+    """No job has a key starting with the given prefix; the message says where to find the keys."""
+
+
 _NAME_KEYS = ("name", "kernel", "func", "function", "Name")
 _TIME_KEYS = ("time_ms", "duration_ms", "ms", "mean_ms", "time_us", "duration_us", "us", "Duration (us)", "time")
 
@@ -82,3 +87,45 @@ def kernel_profile(store: ResultStore, job_key: str, sweep_id: str) -> list[tupl
     if not profile:
         return None
     return normalise_profile(profile)
+
+
+def job_label(detail: dict[str, Any]) -> str:
+    """A job as the diff header names it: "1a2b3c4d5e6f vm-compiled O2"."""
+    return f"{detail['job_key'][:12]} {detail['executor']} O{detail['opt_level']}"
+
+
+def show(
+    store: ResultStore,
+    job_ref: str,
+    sweep_ref: str | None = None,
+    *,
+    diff_ref: str | None = None,
+    diff_sweep_ref: str | None = None,
+) -> dict[str, Any]:
+    """`results show`: everything about one job (key prefix), its top kernels, and a pass-trace diff.
+
+    Sweeps are named by id, prefix or label (QueryError when unknown); JobNotFound when no job matches.
+    """
+    from orchestrator.query import resolve_sweep
+
+    sweep_id = resolve_sweep(store, sweep_ref).id if sweep_ref else None
+    diff_sweep_id = resolve_sweep(store, diff_sweep_ref).id if diff_sweep_ref else None
+    detail = store.job_detail(job_ref, sweep_id)
+    if detail is None:
+        raise JobNotFound(f"no job with key starting {job_ref!r}; `tvmbench results list` shows the keys")
+    other = None
+    if diff_ref is not None:
+        other = store.job_detail(diff_ref, diff_sweep_id)
+        if other is None:
+            raise JobNotFound(
+                f"no job with key starting {diff_ref!r} to diff against; `tvmbench results list` shows the keys"
+            )
+    kernels = kernel_profile(store, detail["job_key"], detail["sweep_id"])
+    pass_diff = labels = None
+    if other is not None:
+        trace_a = (detail.get("build") or {}).get("pass_trace") or []
+        trace_b = (other.get("build") or {}).get("pass_trace") or []
+        labels = [job_label(detail), job_label(other)]
+        pass_diff = pass_trace_diff(trace_a, trace_b, *labels)
+    extra = {"kernel_profile": kernels, "diff_job": other and other["job_key"], "pass_diff": pass_diff}
+    return {**detail, **extra, "diff_labels": labels}

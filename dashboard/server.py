@@ -1,0 +1,101 @@
+"""Open the results database read-only and serve the dashboard on it with uvicorn."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from typing import TYPE_CHECKING
+
+from orchestrator.farm import LOOPBACK, is_loopback, warn_exposed
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from db.store import ResultStore
+
+EXPOSED_RISK = (
+    "the dashboard has no login: anyone who can connect reads every result, sweep file, path and error "
+    "in the database; expose it only on a trusted network"
+)
+
+
+class ServeError(RuntimeError):
+    """The dashboard cannot start; the message is one line saying what to do."""
+
+
+def check_host(host: str, allow_remote: bool) -> None:
+    """Loopback is always fine; anything wider only with ``allow_remote``, and then with the farm's warning."""
+    if is_loopback(host):
+        return
+    if not allow_remote:
+        raise ServeError(
+            f"--host {host} is not a loopback address: {EXPOSED_RISK}. Add --allow-remote to serve there anyway"
+        )
+    warn_exposed("dashboard", host, EXPOSED_RISK)
+
+
+def open_readonly(url: str | None) -> ResultStore:
+    """The results database opened read-only, its schema checked; ServeError names what is wrong."""
+    from db.store import ResultStore, default_url, schema_problem
+
+    url = url or default_url()
+    try:
+        store = ResultStore(url, readonly=True)
+        problem = schema_problem(store.engine)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ServeError(
+            f"cannot open results database {url} read-only: {exc.__class__.__name__}: {first} "
+            "(is the path or URL right? a sweep creates the database)"
+        ) from None
+    if problem:
+        store.close()
+        raise ServeError(f"results database {url}: {problem}")
+    return store
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (0: a free port), so a taken port is one clear OSError here."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def make_server(store: ResultStore, sock: socket.socket, *, tracker: str | None = None) -> uvicorn.Server:
+    """A uvicorn server of the dashboard over ``store``, to be run on ``sock`` (``server.run(sockets=[sock])``)."""
+    import uvicorn
+
+    from dashboard.app import create_app
+
+    config = uvicorn.Config(create_app(store, tracker=tracker), log_level="warning", access_log=False)
+    return uvicorn.Server(config)
+
+
+def serve(
+    url: str | None,
+    host: str = LOOPBACK,
+    port: int = 8321,
+    *,
+    allow_remote: bool = False,
+    tracker: str | None = None,
+) -> None:
+    """Run the dashboard until interrupted (Ctrl-C). ServeError for a refused host or database, OSError
+    when the address cannot be bound."""
+    check_host(host, allow_remote)
+    store = open_readonly(url)
+    try:
+        sock = listen(host, port)
+        bound = sock.getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        url_shown = store.engine.url.render_as_string(hide_password=True)
+        print(f"tvmbench dashboard on http://{shown}:{bound}/ (read-only {url_shown}); Ctrl-C stops it",
+              file=sys.stderr, flush=True)  # fmt: skip
+        make_server(store, sock, tracker=tracker).run(sockets=[sock])
+    finally:
+        store.close()
