@@ -57,6 +57,13 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+def shown_url(store: ResultStore) -> str:
+    """The database as the user named it, password hidden."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(store.url).render_as_string(hide_password=True)
+
+
 class JSONResponse(Response):
     """JSON as the CLI prints it (NaN as null, datetimes as ISO strings)."""
 
@@ -69,10 +76,12 @@ class JSONResponse(Response):
 def create_app(store: ResultStore, *, tracker: str | None = None, poll_ms: int = POLL_MS) -> Starlette:
     """The dashboard over ``store`` (open it read-only); ``tracker`` (HOST:PORT) adds the farm's live view."""
     env = _environment()
-    env.globals["db_label"] = store.engine.url.render_as_string(hide_password=True)
+    env.globals["db_label"] = shown_url(store)
 
     def page(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
-        body = env.get_template(template).render(request=request, poll_ms=poll_ms, path=request.url.path, **context)
+        body = env.get_template(template).render(
+            request=request, poll_ms=poll_ms, path=request.url.path, status_code=status_code, **context
+        )
         return HTMLResponse(body, status_code=status_code)
 
     def answer(request: Request, template: str, data: Any, **context: Any) -> Response:
@@ -81,10 +90,10 @@ def create_app(store: ResultStore, *, tracker: str | None = None, poll_ms: int =
             return JSONResponse(data)
         return page(request, template, data=data, **context)
 
-    def not_found(request: Request, message: str) -> Response:
+    def not_found(request: Request, message: str, status_code: int = 404) -> Response:
         if request.url.path.startswith("/api/"):
-            return JSONResponse({"error": message}, status_code=404)
-        return page(request, "error.html", status_code=404, message=message)
+            return JSONResponse({"error": message}, status_code=status_code)
+        return page(request, "error.html", status_code=status_code, message=message)
 
     def index(request: Request) -> Response:
         return RedirectResponse("/sweeps")
@@ -93,9 +102,12 @@ def create_app(store: ResultStore, *, tracker: str | None = None, poll_ms: int =
         return answer(request, "sweeps.html", views.sweeps(store))
 
     def sweep_page(request: Request) -> Response:
-        ref = request.path_params["ref"]
         try:
-            data = views.sweep(store, ref, views.SweepQuery.parse(request.query_params))
+            query = views.SweepQuery.parse(request.query_params)
+        except q.QueryError as exc:
+            return not_found(request, str(exc), 400)
+        try:
+            data = views.sweep(store, request.path_params["ref"], query)
         except q.QueryError as exc:
             return not_found(request, str(exc))
 
@@ -154,8 +166,8 @@ def create_app(store: ResultStore, *, tracker: str | None = None, poll_ms: int =
                 error = str(exc)
         elif request.url.path.startswith("/api/"):
             error = "give two sweeps: /api/compare?a=BASELINE&b=NEW"
-        if error and request.url.path.startswith("/api/"):
-            return JSONResponse({"error": error}, status_code=400)
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": error}, status_code=400) if error else JSONResponse(data)
         return page(request, "compare.html", data=data, error=error, sweeps=views.sweeps(store), a=a, b=b)
 
     def history_page(request: Request) -> Response:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.farm import LOOPBACK, is_loopback, warn_exposed
@@ -36,9 +37,14 @@ def check_host(host: str, allow_remote: bool) -> None:
 
 def open_readonly(url: str | None) -> ResultStore:
     """The results database opened read-only, its schema checked; ServeError names what is wrong."""
+    from sqlalchemy.engine import make_url
+
     from db.store import ResultStore, default_url, schema_problem
 
     url = url or default_url()
+    path = make_url(url).database if url.startswith("sqlite") else None
+    if path and path != ":memory:" and not Path(path).expanduser().is_file():
+        raise ServeError(f"no results database at {path}: run a sweep first, or give --db (or TVMBENCH_DB)")
     try:
         store = ResultStore(url, readonly=True)
         problem = schema_problem(store.engine)
@@ -61,19 +67,23 @@ def listen(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen(128)  # connections queue from now on, before uvicorn's loop accepts them
     except OSError:
         sock.close()
         raise
     return sock
 
 
-def make_server(store: ResultStore, sock: socket.socket, *, tracker: str | None = None) -> uvicorn.Server:
+def make_server(
+    store: ResultStore, sock: socket.socket, *, tracker: str | None = None, poll_ms: int | None = None
+) -> uvicorn.Server:
     """A uvicorn server of the dashboard over ``store``, to be run on ``sock`` (``server.run(sockets=[sock])``)."""
     import uvicorn
 
-    from dashboard.app import create_app
+    from dashboard.app import POLL_MS, create_app
 
-    config = uvicorn.Config(create_app(store, tracker=tracker), log_level="warning", access_log=False)
+    app = create_app(store, tracker=tracker, poll_ms=poll_ms or POLL_MS)
+    config = uvicorn.Config(app, log_level="warning", access_log=False)
     return uvicorn.Server(config)
 
 
@@ -87,13 +97,15 @@ def serve(
 ) -> None:
     """Run the dashboard until interrupted (Ctrl-C). ServeError for a refused host or database, OSError
     when the address cannot be bound."""
+    from dashboard.app import shown_url
+
     check_host(host, allow_remote)
     store = open_readonly(url)
     try:
         sock = listen(host, port)
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
-        url_shown = store.engine.url.render_as_string(hide_password=True)
+        url_shown = shown_url(store)
         print(f"tvmbench dashboard on http://{shown}:{bound}/ (read-only {url_shown}); Ctrl-C stops it",
               file=sys.stderr, flush=True)  # fmt: skip
         make_server(store, sock, tracker=tracker).run(sockets=[sock])

@@ -19,10 +19,10 @@ from orchestrator.analysis_views import _jsonable, records
 if TYPE_CHECKING:
     from db.store import ResultStore
 
-#: Columns of the sweep page's results table, in order (all of them are in the JSON).
+#: Columns of the sweep page's results table, in order (the JSON has every column of `results query`).
 RESULT_COLUMNS = [
-    "job_key", "model", "target", "board_key", "board", "executor", "opt_level", "pipeline", "status",
-    "unit", "median", "std", "min", "max", "max_abs_err", "emulated", "equivalent_to",
+    "job_key", "model", "target", "board", "executor", "opt_level", "pipeline", "status", "unit", "median",
+    "std", "max_abs_err", "emulated", "equivalent_to",
 ]  # fmt: skip
 #: The filters of the sweep page: a query-string name -> the Filters field it sets.
 FILTERS = ("model", "board", "executor", "status")
@@ -60,8 +60,8 @@ class SweepQuery:
     def parse(cls, params: Any) -> SweepQuery:
         """From query parameters (``?model=...&sort=median&order=desc``); unknown sort columns are refused."""
         sort = params.get("sort") or "median"
-        if sort not in RESULT_COLUMNS:
-            raise q.QueryError(f"cannot sort by {sort!r}; choose from {', '.join(RESULT_COLUMNS)}")
+        if sort not in q.COLUMNS:
+            raise q.QueryError(f"cannot sort by {sort!r}; choose from {', '.join(q.COLUMNS)}")
         picked = {f: (params.get(f) or None) for f in FILTERS}
         return cls(**picked, sort=sort, descending=params.get("order") == "desc")
 
