@@ -447,7 +447,7 @@ def test_job_page_shows_keys_added_by_other_issues(
 
     def show(*args: Any, **kwargs: Any) -> dict[str, Any]:
         detail = real_show(*args, **kwargs)
-        detail["runs"][0]["board_temp_c"] = 61.5
+        detail["runs"][0].update(board_temp_c=61.5, board_state={"cpu_governor": "ondemand"}, memory={"peak_mb": 12.5})
         return {
             **detail,
             "tuning": {"trials": 64, "budget": 64, "best_ms": 4.2},
@@ -461,6 +461,8 @@ def test_job_page_shows_keys_added_by_other_issues(
     assert status == 200
     tuning = page.split("<h2>Tuning</h2>")[1].split("<h2>")[0]
     assert "trials" in tuning and "64" in tuning and "4.2" in tuning
-    assert "performance" in page.split("<h2>Board state</h2>")[1].split("<h2>")[0]
+    state = page.split("<h2>Board state</h2>")[1].split("<h2>")[0]
+    assert "performance" in state and "cpu_governor" in state and "ondemand" in state
+    assert "peak_mb" in page.split("<h2>Memory</h2>")[1].split("<h2>")[0]
     assert "energy_mj" in page.split("<h2>More recorded data</h2>")[1] and "1.25, 1.5" in page
     assert "board_temp_c" in page.split("<h2>Attempts</h2>")[1] and "61.5" in page

@@ -11,7 +11,7 @@
     var els = scope.querySelectorAll('[data-field="' + field + '"]');
     for (var i = 0; i < els.length; i++) {
       var el = els[i];
-      if (field === "bar") {
+      if (field === "bar_ok" || field === "bar_failed") {
         el.style.width = value + "%";
       } else if (field === "status") {
         el.textContent = value;
@@ -57,10 +57,12 @@
     var prog = cell(tr, undefined, "nowrap");
     var outer = document.createElement("span");
     outer.className = "progress";
-    var bar = document.createElement("span");
-    bar.className = "bar";
-    bar.setAttribute("data-field", "bar");
-    outer.appendChild(bar);
+    ["ok", "failed"].forEach(function (kind) {
+      var bar = document.createElement("span");
+      bar.className = "bar " + kind;
+      bar.setAttribute("data-field", "bar_" + kind);
+      outer.appendChild(bar);
+    });
     prog.appendChild(outer);
     ["final", "/", "jobs", " final · ok ", "ok", " · failed ", "failed", " · pending ", "pending"].forEach(function (part, i) {
       if (i % 2 === 0) {
@@ -90,7 +92,8 @@
         ["status", "final", "jobs", "ok", "failed", "pending", "tuning_trials", "tuning_budget"].forEach(function (f) {
           if (s[f] !== undefined) setField(scope, f, s[f]);
         });
-        setField(scope, "bar", s.jobs ? Math.round((1000 * s.final) / s.jobs) / 10 : 0);
+        setField(scope, "bar_ok", s.jobs ? Math.round((1000 * s.ok) / s.jobs) / 10 : 0);
+        setField(scope, "bar_failed", s.jobs ? Math.round((1000 * s.failed) / s.jobs) / 10 : 0);
         var wasLive = scope.getAttribute("data-was-running") === "1";
         if (!(s.status in FINISHED)) {
           running = true;
