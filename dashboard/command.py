@@ -29,10 +29,10 @@ def serve(
         typer.Option("--tracker", help="HOST:PORT of a TVM RPC tracker: the Farm page also shows its boards."),
     ] = None,
 ) -> None:
-    """A live, read-only dashboard of the results database in the browser (sweeps, jobs, compare, history, farm).
+    """A live, read-only dashboard of the results database in the browser: sweeps, jobs, compare, history, farm.
 
-    It opens the database read-only (SQLite mode=ro, PostgreSQL read-only transactions) and binds
-    127.0.0.1 unless --host and --allow-remote say otherwise.
+    Opens the database read-only (SQLite mode=ro, PostgreSQL read-only transactions).
+    Binds 127.0.0.1 unless --host and --allow-remote say otherwise.
     """
     from dashboard.server import ServeError
     from dashboard.server import serve as run

@@ -39,6 +39,8 @@ from tests.conftest import write_sweep
 from tests.synthetic import T0, Result, add_sweep, noisy
 from workers.artifacts import ArtifactCache
 
+# The CLI in a fresh process (`app` stays importable from orchestrator.cli when it becomes a package).
+TVMBENCH = [sys.executable, "-c", "from orchestrator.cli import app; app()"]
 HOSTILE = "<script>alert(1)</script>"
 ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
 # cooldown_ms makes each measurement take about a second (5 repeats x 200 ms): long enough for the
@@ -148,7 +150,7 @@ def live(filled: dict[str, Any], server: str, browser: Browser, local_farm: Loca
     before = {s["sweep_id"] for s in get_json(f"{server}/api/sweeps")}
     env = {**os.environ, "TVMBENCH_HOME": str(filled["home"]), "TVMBENCH_DB": filled["url"]}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "sweep", "run", str(filled["path"]), "--label", "live",
+        [*TVMBENCH, "sweep", "run", str(filled["path"]), "--label", "live",
          "--tracker", local_farm.tracker, "--ray-address", _ray_address()],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
@@ -359,7 +361,7 @@ def get_json_names(store: ResultStore) -> set[str]:
 
 def test_serve_command_starts_on_loopback(filled: dict[str, Any]) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "serve", "--db", filled["url"], "--port", "0"],
+        [*TVMBENCH, "serve", "--db", filled["url"], "--port", "0"],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     try:
@@ -466,3 +468,20 @@ def test_job_page_shows_keys_added_by_other_issues(
     assert "peak_mb" in page.split("<h2>Memory</h2>")[1].split("<h2>")[0]
     assert "energy_mj" in page.split("<h2>More recorded data</h2>")[1] and "1.25, 1.5" in page
     assert "board_temp_c" in page.split("<h2>Attempts</h2>")[1] and "61.5" in page
+
+
+def test_refuses_a_database_at_another_schema(tmp_path: Path) -> None:
+    import sqlite3
+
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()
+    with pytest.raises(ServeError, match="holds no tvmbench schema"):
+        open_readonly(f"sqlite:///{empty}")
+    old = tmp_path / "old.db"
+    ResultStore(f"sqlite:///{old}").close()
+    with sqlite3.connect(old) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '0003'")
+    with pytest.raises(ServeError, match=r"schema is at revision 0003.*tvmbench db upgrade"):
+        open_readonly(f"sqlite:///{old}")
+    result = CliRunner().invoke(app, ["serve", "--db", f"sqlite:///{old}"])
+    assert result.exit_code == 2 and "run `tvmbench db upgrade" in result.output
