@@ -99,7 +99,9 @@ def create_app(store: ResultStore, *, tracker: str | None = None, poll_ms: int =
         return RedirectResponse("/sweeps")
 
     def sweeps_page(request: Request) -> Response:
-        return answer(request, "sweeps.html", views.sweeps(store))
+        watch = request.query_params.get("watch")
+        ids = [w for w in watch.split(",") if w] if watch is not None else None
+        return answer(request, "sweeps.html", views.sweeps(store, ids))
 
     def sweep_page(request: Request) -> Response:
         try:

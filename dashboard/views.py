@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dashboard import plots
 from orchestrator import compare as compare_mod
 from orchestrator import farm as farm_mod
 from orchestrator import html_report, ranking, regressions, why
@@ -40,9 +41,10 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def sweeps(store: ResultStore) -> list[dict[str, Any]]:
-    """Every sweep with its progress: `tvmbench results sweeps --json`."""
-    return q.sweeps_overview(store)
+def sweeps(store: ResultStore, watch: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every sweep with its progress: `tvmbench results sweeps --json`; with ``watch``, only the running
+    sweeps and those ids (what the live pages poll)."""
+    return q.sweeps_overview(store, active_or=watch)
 
 
 @dataclass(frozen=True)
@@ -95,16 +97,9 @@ def sweep(store: ResultStore, ref: str, query: SweepQuery | None = None) -> dict
             "results": records(filtered.to_dict("records")),
             "ranking": records(ranking.best(store, q.Filters(sweep=found.id))),
             "failures": html_report.failures_by_kind(frame),
-            "plots": [{"stem": p.stem, "caption": p.caption} for p in plots_of(store, found.id, frame)],
+            "plots": [{"stem": p.stem, "caption": p.caption} for p in plots.sweep_plots(store, found.id, frame)],
         }
     )
-
-
-def plots_of(store: ResultStore, sweep_id: str, frame: Any = None) -> list[html_report.Plot]:
-    """The report's plots of a sweep, drawn once per state of the sweep (see dashboard.plots)."""
-    from dashboard import plots
-
-    return plots.sweep_plots(store, sweep_id, frame)
 
 
 def job(store: ResultStore, key: str, sweep_ref: str | None = None, diff: str | None = None) -> dict[str, Any]:

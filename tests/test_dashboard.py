@@ -223,7 +223,11 @@ def test_every_page_answers_and_shows_the_sweeps_jobs(server: str, filled: dict[
 
 def test_json_endpoints_give_what_the_cli_prints(server: str, filled: dict[str, Any]) -> None:
     url, sweep_id = filled["url"], filled["sweep_id"]
-    assert get_json(f"{server}/api/sweeps") == cli_json("results", "sweeps", "--db", url)
+    every = get_json(f"{server}/api/sweeps")
+    assert every == cli_json("results", "sweeps", "--db", url)
+    # What the live pages poll: the running sweeps plus those they watch (none is running here).
+    assert get_json(f"{server}/api/sweeps?watch=") == []
+    assert get_json(f"{server}/api/sweeps?watch={sweep_id}") == [s for s in every if s["sweep_id"] == sweep_id]
     data = get_json(f"{server}/api/sweep/{sweep_id}")
     cli_rows = cli_json("results", "query", "--sweep", sweep_id, "--db", url)
     assert sorted(data["results"], key=lambda r: r["job_key"]) == sorted(cli_rows, key=lambda r: r["job_key"])

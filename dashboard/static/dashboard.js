@@ -108,8 +108,18 @@
     return running;
   }
 
+  // Only the sweeps still running, and those this page shows as running, are asked for: one small
+  // query even on a database of many sweeps.
+  function watched() {
+    var ids = [];
+    document.querySelectorAll('[data-sweep][data-was-running="1"]').forEach(function (el) {
+      ids.push(el.getAttribute("data-sweep"));
+    });
+    return ids;
+  }
+
   function poll() {
-    fetch("/api/sweeps", { cache: "no-store" })
+    fetch("/api/sweeps?watch=" + encodeURIComponent(watched().join(",")), { cache: "no-store" })
       .then(function (r) { return r.json(); })
       .then(function (rows) {
         var running = apply(rows);
