@@ -125,15 +125,15 @@ def create_app(store: ResultStore, *, tracker: str | None = None, poll_ms: int =
         )
 
     def sweep_plot(request: Request) -> Response:
+        stem = request.path_params["stem"]
         try:
             found = q.resolve_sweep(store, request.path_params["ref"])
-            drawn = {p.stem: p for p in plots.sweep_plots(store, found.id)}
+            drawn = plots.sweep_plot_png(store, found.id, stem)
         except q.QueryError as exc:
             return not_found(request, str(exc))
-        plot = drawn.get(request.path_params["stem"])
-        if plot is None:
-            return not_found(request, f"sweep {found.id} has no plot {request.path_params['stem']!r}")
-        return Response(plot.png, media_type="image/png", headers={"Cache-Control": "no-cache"})
+        if drawn is None:
+            return not_found(request, f"sweep {found.id} has no plot {stem!r}")
+        return Response(drawn, media_type="image/png", headers={"Cache-Control": "no-cache"})
 
     def job_page(request: Request) -> Response:
         params = request.query_params

@@ -1,8 +1,8 @@
 """PNG plots of the dashboard, drawn server side with matplotlib (Agg): nothing is fetched by the browser.
 
-The sweep plots are the HTML report's own (orchestrator.html_report.sweep_plots), cached per state of the
-sweep (its status and job counts) so that a page and its images draw them once; the samples histogram and
-the history graph are the dashboard's own.
+The sweep plots are the HTML report's own (orchestrator.html_report.plot_specs), each drawn when its image
+is asked for and kept per state of the sweep (its status and job counts); the samples histogram and the
+history graph are the dashboard's own.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 
     from db.store import ResultStore
 
-_CACHE_SIZE = 32
-_cache: OrderedDict[tuple[Any, ...], list[html_report.Plot]] = OrderedDict()
+_CACHE_SIZE = 256  # drawn plots kept (PNGs of some tens of kB)
+_specs: OrderedDict[tuple[Any, ...], list[html_report.PlotSpec]] = OrderedDict()
+_drawn: OrderedDict[tuple[Any, ...], bytes] = OrderedDict()
 # matplotlib's Figure objects are independent, but its font cache and text layout are not thread safe:
 # the server's worker threads draw one plot at a time.
 _draw_lock = threading.Lock()
@@ -34,19 +35,37 @@ def _state(store: ResultStore, sweep_id: str) -> tuple[Any, ...]:
     return (store.url, sweep_id, row[0]["status"], tuple(sorted(row[0]["statuses"].items())))
 
 
-def sweep_plots(store: ResultStore, sweep_id: str, frame: Any = None) -> list[html_report.Plot]:
-    """The report's plots of sweep ``sweep_id`` (an exact id), from the cache when the sweep has not moved."""
+def _remember(cache: OrderedDict, key: tuple[Any, ...], value: Any, size: int) -> Any:
+    cache[key] = value
+    while len(cache) > size:
+        cache.popitem(last=False)
+    return value
+
+
+def sweep_plot_specs(store: ResultStore, sweep_id: str, frame: Any = None) -> list[html_report.PlotSpec]:
+    """The report's plots of sweep ``sweep_id`` (an exact id), undrawn; kept while the sweep does not move."""
     key = _state(store, sweep_id)
     with _draw_lock:
-        if key in _cache:
-            _cache.move_to_end(key)
-            return _cache[key]
-        df = frame if frame is not None else html_report.sweep_frame(store, sweep_id)
-        plots = html_report.sweep_plots(df)
-        _cache[key] = plots
-        while len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
-        return plots
+        if key in _specs:
+            _specs.move_to_end(key)
+            return _specs[key]
+    df = frame if frame is not None else html_report.sweep_frame(store, sweep_id)
+    specs = html_report.plot_specs(df)
+    with _draw_lock:
+        return _remember(_specs, key, specs, 16)
+
+
+def sweep_plot_png(store: ResultStore, sweep_id: str, stem: str) -> bytes | None:
+    """One plot of the sweep as PNG, drawn on first request (a sweep of 80 plots is not drawn at once)."""
+    specs = {s.stem: s for s in sweep_plot_specs(store, sweep_id)}
+    if stem not in specs:
+        return None
+    key = (*_state(store, sweep_id), stem)
+    with _draw_lock:
+        if key in _drawn:
+            _drawn.move_to_end(key)
+            return _drawn[key]
+        return _remember(_drawn, key, html_report._png(specs[stem].draw()), _CACHE_SIZE)
 
 
 def png(fig: Figure) -> bytes:

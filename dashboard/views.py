@@ -97,7 +97,7 @@ def sweep(store: ResultStore, ref: str, query: SweepQuery | None = None) -> dict
             "results": records(filtered.to_dict("records")),
             "ranking": records(ranking.best(store, q.Filters(sweep=found.id))),
             "failures": html_report.failures_by_kind(frame),
-            "plots": [{"stem": p.stem, "caption": p.caption} for p in plots.sweep_plots(store, found.id, frame)],
+            "plots": [{"stem": p.stem, "caption": p.caption} for p in plots.sweep_plot_specs(store, found.id, frame)],
         }
     )
 

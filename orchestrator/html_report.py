@@ -10,8 +10,10 @@ import base64
 import html
 import io
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -152,18 +154,33 @@ def sweep_frame(store: ResultStore, sweep_id: str) -> pd.DataFrame:
     return q.query(store, q.Filters(sweep=sweep_id), with_samples=True)
 
 
-def sweep_plots(df: pd.DataFrame) -> list[Plot]:
-    """The report's plots of a sweep frame (``sweep_frame``): latency per (model, board, unit, emulated), failures."""
+@dataclass(frozen=True)
+class PlotSpec:
+    """A plot of a sweep before it is drawn: ``draw()`` makes the figure (the slow part)."""
+
+    stem: str
+    caption: str
+    draw: Callable[[], Figure]
+
+
+def plot_specs(df: pd.DataFrame) -> list[PlotSpec]:
+    """The report's plots of a sweep frame (``sweep_frame``), undrawn: latency per (model, board, unit,
+    emulated), then failures by kind. Cheap: a page can list them and draw each one when it is asked for."""
     ok = df[(df["status"] == "ok") & df["median"].notna()]
-    plots: list[Plot] = []
+    specs: list[PlotSpec] = []
     for (model, board_key, unit, emulated), group in ok.groupby(ranking.RANK_KEYS, sort=True):
-        fig = latency_figure(group, model, board_key, unit, bool(emulated))
         caption = f"Latency of {model} on {board_key} ({unit}{', emulated' if emulated else ''})"
-        plots.append(Plot(_slug("latency", model, board_key, unit, "emu" if emulated else "hw"), caption, _png(fig)))
+        stem = _slug("latency", model, board_key, unit, "emu" if emulated else "hw")
+        specs.append(PlotSpec(stem, caption, partial(latency_figure, group, model, board_key, unit, bool(emulated))))
     failed = Counter(s for s in df["status"] if s not in NOT_FAILED)
     if failed:
-        plots.append(Plot("failures", "Failed jobs by kind", _png(failures_figure(failed))))
-    return plots
+        specs.append(PlotSpec("failures", "Failed jobs by kind", partial(failures_figure, failed)))
+    return specs
+
+
+def sweep_plots(df: pd.DataFrame) -> list[Plot]:
+    """Every plot of ``plot_specs`` drawn as PNG."""
+    return [Plot(spec.stem, spec.caption, _png(spec.draw())) for spec in plot_specs(df)]
 
 
 def failure_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
