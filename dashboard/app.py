@@ -14,6 +14,8 @@ from urllib.parse import quote, urlencode
 
 import jinja2
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -73,8 +75,18 @@ class JSONResponse(Response):
         return json.dumps(views.jsonable(content), indent=2, default=str).encode()
 
 
-def create_app(store: ResultStore, *, tracker: str | None = None, poll_ms: int = POLL_MS) -> Starlette:
-    """The dashboard over ``store`` (open it read-only); ``tracker`` (HOST:PORT) adds the farm's live view."""
+def create_app(
+    store: ResultStore,
+    *,
+    tracker: str | None = None,
+    poll_ms: int = POLL_MS,
+    allowed_hosts: list[str] | None = None,
+) -> Starlette:
+    """The dashboard over ``store`` (open it read-only); ``tracker`` (HOST:PORT) adds the farm's live view.
+
+    ``allowed_hosts``: the Host headers answered (others get 400), so that a web page elsewhere cannot
+    read a loopback dashboard through DNS rebinding; None answers any.
+    """
     env = _environment()
     env.globals["db_label"] = shown_url(store)
 
@@ -210,7 +222,8 @@ def create_app(store: ResultStore, *, tracker: str | None = None, poll_ms: int =
         Route("/api/farm", farm_page),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes)
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)] if allowed_hosts else []
+    return Starlette(routes=routes, middleware=middleware)
 
 
 #: Keys of `results show --json` that the job page shows in their own section; any other key (what

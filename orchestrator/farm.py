@@ -438,15 +438,6 @@ def live_board_facts(tracker: str, deadline_s: float = 5.0) -> dict[str, dict[st
     return facts
 
 
-def _db_row(board: Any) -> dict[str, Any]:
-    """What the results database knows of a board: its health and the failures counting to quarantine."""
-    return {
-        "health": board.state,
-        "failures_in_a_row": board.consecutive_failures,
-        "last_seen": board.last_seen.isoformat() if board.last_seen else None,
-    }
-
-
 def farm_rows(tracker: str, known_boards: list[Any], *, live: bool = True) -> list[dict[str, Any]]:
     """`farm list`: every board the tracker knows, its state (free/busy/health) and facts.
 
@@ -495,7 +486,9 @@ def known_board_rows(known_boards: list[Any]) -> list[dict[str, Any]]:
                 "key": board.key,
                 "arch": board.arch,
                 "emulated": board.emulated,
-                **_db_row(board),
+                "health": board.state,
+                "failures_in_a_row": board.consecutive_failures,  # QUARANTINE_AFTER in a row quarantine it
+                "last_seen": board.last_seen.isoformat() if board.last_seen else None,
                 "cpu": facts.get("cpu_model"),
                 "cores": facts.get("cores"),
                 "mem_mb": facts.get("mem_total_mb"),

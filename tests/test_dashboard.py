@@ -342,6 +342,30 @@ def test_refuses_a_wider_host_without_the_flag(store: ResultStore, capsys: pytes
     assert capsys.readouterr().err.startswith("warning: dashboard listening on 0.0.0.0: the dashboard has no login")
 
 
+def test_answers_only_to_its_own_host_names(synthetic: tuple[str, ResultStore]) -> None:
+    base, _ = synthetic
+    port = base.rsplit(":", 1)[1]
+    assert get(f"http://localhost:{port}/sweeps")[0] == 200
+    # A page elsewhere that rebinds its own name to 127.0.0.1 sends its name as Host: refused.
+    rebound = urllib.request.Request(f"{base}/api/sweeps", headers={"Host": f"attacker.example:{port}"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(rebound, timeout=30)
+    assert refused.value.code == 400
+
+
+def test_farm_page_says_when_the_tracker_does_not_answer(store: ResultStore) -> None:
+    from orchestrator.farm import free_port
+
+    reader = open_readonly(store.url)
+    try:
+        with running(reader, tracker=f"127.0.0.1:{free_port()}") as base:
+            status, _, page = get(f"{base}/farm")
+            assert status == 200 and "does not answer" in page
+            assert get_json(f"{base}/api/farm")["tracker_error"]
+    finally:
+        reader.close()
+
+
 def test_opens_the_database_read_only(filled: dict[str, Any], tmp_path: Path) -> None:
     from sqlalchemy import text
     from sqlalchemy.exc import OperationalError
