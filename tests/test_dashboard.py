@@ -157,6 +157,7 @@ def live(filled: dict[str, Any], server: str, browser: Browser, local_farm: Loca
     api: list[tuple[str, int]] = []
     page: list[tuple[str, str, str]] = []
     sweep_id = None
+    exited_at = None
     deadline = time.monotonic() + 240
     try:
         while time.monotonic() < deadline:
@@ -177,8 +178,10 @@ def live(filled: dict[str, Any], server: str, browser: Browser, local_farm: Loca
                     page.append(tuple(shown))
                     if shown[0] == "complete" and api[-1][0] == "complete":
                         break
-            if proc.poll() is not None and api and api[-1][0] != "running":
-                break
+            if exited_at is not None and time.monotonic() - exited_at > 3:
+                break  # the driver ended (even failing early) and the page had a few polls to catch up
+            if exited_at is None and proc.poll() is not None:
+                exited_at = time.monotonic()
             time.sleep(0.1)
         output, _ = proc.communicate(timeout=120)
     finally:
@@ -393,9 +396,12 @@ def test_serve_command_starts_on_loopback(filled: dict[str, Any]) -> None:
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     try:
-        line = proc.stderr.readline()  # printed once the socket is bound
-        found = re.search(r"http://127\.0\.0\.1:(\d+)/ \(read-only", line)
-        assert found, line
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.append(proc.stderr.readline()), daemon=True)
+        reader.start()  # the line is printed once the socket listens
+        reader.join(60)
+        found = re.search(r"http://127\.0\.0\.1:(\d+)/ \(read-only", "".join(lines))
+        assert found, lines
         status, _, body = get(f"http://127.0.0.1:{found.group(1)}/sweeps")
         assert status == 200 and filled["sweep_id"][:12] in body
     finally:
