@@ -297,6 +297,7 @@ def test_sweep_page_plots_render_in_chromium(
 @needs_chromium
 def test_sweeps_page_shows_progress_of_a_sweep_running_elsewhere(live: dict[str, Any], browser: Browser) -> None:
     api, page = live["api"], live["page"]
+    print("the page showed (status, final, jobs):", list(dict.fromkeys(page)))
     assert live["sweep_id"], live["output"][-2000:]
     finals = [f for _, f in api]
     assert finals == sorted(finals) and api[-1] == ("complete", 4), api  # progress only moves forward
