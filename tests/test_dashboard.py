@@ -211,6 +211,8 @@ def test_every_page_answers_and_shows_the_sweeps_jobs(server: str, filled: dict[
     status, _, job = get(f"{server}/job/{keys[0]}?sweep={sweep_id}")
     assert status == 200 and keys[0] in job and board in job and "samples.png" in job
     assert "Pass trace" in job and "passes (the instrument" in job
+    status, _, diffed = get(f"{server}/job/{keys[0]}?sweep={sweep_id}&diff={keys[1]}")
+    assert status == 200 and "<h3>Diff " in diffed
     status, kind, _ = get(f"{server}/job/{keys[0]}/samples.png?sweep={sweep_id}")
     assert status == 200 and kind == "image/png"
     status, _, history = get(f"{server}/history/{keys[0]}")
