@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from answers import query  # noqa: E402
 from benchmarks.scale_results import fill  # noqa: E402
 from dashboard.server import listen, make_server, open_readonly  # noqa: E402
 from db.store import ResultStore  # noqa: E402
@@ -40,9 +41,9 @@ def _get(url: str) -> float:
 def bench(url: str) -> dict[str, dict[str, float]]:
     """Serve ``url`` read-only and time each page; {path: {first_s, best_s}}."""
     store = open_readonly(url)
-    sweeps = store.list_sweeps()
+    sweeps = query.sweeps(store)
     newest = sweeps[0].id
-    job = store.results(newest)[0]["job_key"]
+    job = query.results(store, newest)[0]["job_key"]
     sock = listen("127.0.0.1", 0)
     server = make_server(store, sock)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -21,9 +21,9 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from answers import query as q
+from answers import regressions
 from dashboard import plots, views
-from orchestrator import query as q
-from orchestrator import regressions, why
 
 if TYPE_CHECKING:
     from db.store import ResultStore
@@ -151,14 +151,14 @@ def create_app(
         params = request.query_params
         try:
             data = views.job(store, request.path_params["key"], params.get("sweep") or None, params.get("diff") or None)
-        except (q.QueryError, why.JobNotFound) as exc:
+        except (q.QueryError, q.NoSuchJob) as exc:
             return not_found(request, str(exc))
         return answer(request, "job.html", data, known=JOB_SECTIONS)
 
     def job_samples(request: Request) -> Response:
         try:
             data = views.job(store, request.path_params["key"], request.query_params.get("sweep") or None)
-        except (q.QueryError, why.JobNotFound) as exc:
+        except (q.QueryError, q.NoSuchJob) as exc:
             return not_found(request, str(exc))
         if not data["samples"]:
             return not_found(request, f"job {data['job_key']} has no samples")

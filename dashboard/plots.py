@@ -1,6 +1,6 @@
 """PNG plots of the dashboard, drawn server side with matplotlib (Agg): nothing is fetched by the browser.
 
-The sweep plots are the HTML report's own (orchestrator.html_report.plot_specs), each drawn when its image
+The sweep plots are the HTML report's own (answers.html_report.plot_specs), each drawn when its image
 is asked for and kept per state of the sweep (its status and job counts); the samples histogram and the
 history graph are the dashboard's own.
 """
@@ -11,8 +11,8 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from orchestrator import html_report
-from orchestrator import query as q
+from answers import html_report
+from answers import query as q
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

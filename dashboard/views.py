@@ -10,12 +10,12 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from answers import compare as compare_mod
+from answers import html_report, ranking, regressions, why
+from answers import query as q
+from answers.analysis_views import _jsonable, records
 from dashboard import plots
-from orchestrator import compare as compare_mod
 from orchestrator import farm as farm_mod
-from orchestrator import html_report, ranking, regressions, why
-from orchestrator import query as q
-from orchestrator.analysis_views import _jsonable, records
 
 if TYPE_CHECKING:
     from db.store import ResultStore
@@ -104,7 +104,7 @@ def sweep(store: ResultStore, ref: str, query: SweepQuery | None = None) -> dict
 
 def job(store: ResultStore, key: str, sweep_ref: str | None = None, diff: str | None = None) -> dict[str, Any]:
     """One job: `tvmbench results show KEY [--sweep S] [--diff OTHER] --json`."""
-    return jsonable(why.show(store, key, sweep_ref, diff_ref=diff))
+    return jsonable(why.job_json(why.explain_job(store, key, sweep_ref, diff)))
 
 
 def compare(
@@ -115,7 +115,7 @@ def compare(
 
 
 def history(store: ResultStore, key: str, method: str = "zscore") -> dict[str, Any]:
-    """One configuration over time, each point judged by ``method`` (orchestrator.regressions.history)."""
+    """One configuration over time, each point judged by ``method`` (answers.regressions.history)."""
     return jsonable(regressions.history(store, key, method=method))
 
 
@@ -124,7 +124,7 @@ def farm(store: ResultStore, tracker: str | None) -> dict[str, Any]:
     `tvmbench farm list --no-live --json` (no session is opened: a dashboard must not hold boards)."""
     from db.store import QUARANTINE_AFTER
 
-    known = store.boards()
+    known = q.boards(store)
     out: dict[str, Any] = {
         "tracker": tracker,
         "quarantine_after": QUARANTINE_AFTER,
@@ -134,7 +134,7 @@ def farm(store: ResultStore, tracker: str | None) -> dict[str, Any]:
     }
     if tracker:
         try:
-            out["boards"] = farm_mod.farm_rows(tracker, known, live=False)
+            out["boards"] = farm_mod.board_list(tracker, {b.id: b for b in known}, live=False)
         except (OSError, RuntimeError) as exc:
             out["tracker_error"] = f"tracker {tracker} does not answer ({exc}); is it running? (`tvmbench farm up`)"
     return jsonable(out)

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from dashboard import views
+from answers import query
 from dashboard.server import ServeError, check_host, listen, make_server, open_readonly
 from db.store import ResultStore
 from orchestrator.cli import app
@@ -111,7 +111,7 @@ def filled(
     url = f"sqlite:///{home / 'results.db'}"
     writer = ResultStore(url)
     outcome = run_sweep(spec, writer, local_farm.tracker, ArtifactCache(home / "artifacts"))
-    assert outcome.complete and dict(outcome.statuses) == {"ok": 4}, writer.results(spec.sweep_id)
+    assert outcome.complete and dict(outcome.statuses) == {"ok": 4}, query.results(writer, spec.sweep_id)
     yield {"home": home, "path": path, "url": url, "sweep_id": spec.sweep_id, "writer": writer}
     writer.close()
 
@@ -197,7 +197,7 @@ def live(filled: dict[str, Any], server: str, browser: Browser, local_farm: Loca
 
 def test_every_page_answers_and_shows_the_sweeps_jobs(server: str, filled: dict[str, Any]) -> None:
     sweep_id = filled["sweep_id"]
-    jobs = filled["writer"].results(sweep_id)
+    jobs = query.results(filled["writer"], sweep_id)
     keys = [j["job_key"] for j in jobs]
     assert len(keys) == 4
     status, kind, sweeps = get(f"{server}/sweeps")
@@ -390,7 +390,7 @@ def test_opens_the_database_read_only(filled: dict[str, Any], tmp_path: Path) ->
 
 
 def get_json_names(store: ResultStore) -> set[str]:
-    return {s.name for s in store.list_sweeps()}
+    return {s.name for s in query.sweeps(store)}
 
 
 def test_serve_command_starts_on_loopback(filled: dict[str, Any]) -> None:
@@ -427,7 +427,7 @@ def test_works_on_postgresql(
     try:
         outcome = run_sweep(spec, writer, local_farm.tracker, ArtifactCache(filled["home"] / "artifacts"))
         assert dict(outcome.statuses) == {"ok": 4}
-        keys = [r["job_key"] for r in writer.results(spec.sweep_id)]
+        keys = [r["job_key"] for r in query.results(writer, spec.sweep_id)]
     finally:
         writer.close()
     store = open_readonly(pg_url)
@@ -482,10 +482,11 @@ def test_job_page_shows_keys_added_by_other_issues(
     synthetic: tuple[str, ResultStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     base, _ = synthetic
-    real_show = views.why.show
+    real_detail = query.job_detail
 
-    def show(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        detail = real_show(*args, **kwargs)
+    def job_detail(*args: Any, **kwargs: Any) -> dict[str, Any] | None:  # as a later issue may extend it
+        detail = real_detail(*args, **kwargs)
+        assert detail is not None
         detail["runs"][0].update(board_temp_c=61.5, board_state={"cpu_governor": "ondemand"}, memory={"peak_mb": 12.5})
         return {
             **detail,
@@ -494,7 +495,7 @@ def test_job_page_shows_keys_added_by_other_issues(
             "energy_mj": [1.25, 1.5],
         }
 
-    monkeypatch.setattr(views.why, "show", show)
+    monkeypatch.setattr(query, "job_detail", job_detail)
     key = Result(executor="vm-compiled").job_key
     status, _, page = get(f"{base}/job/{key}")
     assert status == 200

@@ -1,4 +1,4 @@
-"""The `tvmbench serve` command (added to the CLI by one line in orchestrator/cli.py)."""
+"""`tvmbench serve`: the read-only web dashboard (package dashboard/) over the results database."""
 
 from __future__ import annotations
 
@@ -6,21 +6,17 @@ from typing import Annotated
 
 import typer
 
+from orchestrator.cli.common import DbOpt, fail
+from orchestrator.farm import LOOPBACK
+
 
 def serve(
-    db: Annotated[
-        str | None,
-        typer.Option(
-            "--db",
-            envvar="TVMBENCH_DB",
-            help="SQLAlchemy URL of the results database (default: SQLite in TVMBENCH_HOME).",
-        ),
-    ] = None,
+    db: DbOpt = None,
     host: Annotated[
         str,
         typer.Option(help="Address to bind. Anything but loopback shows every result to the network: --allow-remote."),
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8321,
+    ] = LOOPBACK,
+    port: Annotated[int, typer.Option(help="Port to listen on (0: a free one, printed).")] = 8321,
     allow_remote: Annotated[
         bool, typer.Option("--allow-remote", help="Allow a non-loopback --host (the dashboard has no login).")
     ] = False,
@@ -40,8 +36,6 @@ def serve(
     try:
         run(db, host, port, allow_remote=allow_remote, tracker=tracker)
     except ServeError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail(str(exc), code=2)
     except OSError as exc:  # the port is taken, or the address is not this machine's
-        typer.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}; choose another --port", err=True)
-        raise typer.Exit(1) from None
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another --port")

@@ -11,15 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
+from answers import query
 from db import models as m
 
 if TYPE_CHECKING:
     from db.store import ResultStore
-
-
-class JobNotFound(LookupError):
-    """No job has a key starting with the given prefix; the message says where to find the keys."""
-
 
 _NAME_KEYS = ("name", "kernel", "func", "function", "Name")
 _TIME_KEYS = ("time_ms", "duration_ms", "ms", "mean_ms", "time_us", "duration_us", "us", "Duration (us)", "time")
@@ -89,43 +85,51 @@ def kernel_profile(store: ResultStore, job_key: str, sweep_id: str) -> list[tupl
     return normalise_profile(profile)
 
 
-def job_label(detail: dict[str, Any]) -> str:
-    """A job as the diff header names it: "1a2b3c4d5e6f vm-compiled O2"."""
-    return f"{detail['job_key'][:12]} {detail['executor']} O{detail['opt_level']}"
-
-
-def show(
+def explain_job(
     store: ResultStore,
     job_ref: str,
     sweep_ref: str | None = None,
-    *,
     diff_ref: str | None = None,
     diff_sweep_ref: str | None = None,
 ) -> dict[str, Any]:
-    """`results show`: everything about one job (key prefix), its top kernels, and a pass-trace diff.
+    """`results show`: one job in full, its per-kernel profile, and with ``diff_ref`` the pass-trace diff.
 
-    Sweeps are named by id, prefix or label (QueryError when unknown); JobNotFound when no job matches.
+    Returns {"detail", "other", "kernels", "pass_diff", "pass_count", "labels"}. NoSuchJob names a job
+    that is not there, QueryError a sweep (sweeps may be named by id, prefix or label).
     """
-    from orchestrator.query import resolve_sweep
-
-    sweep_id = resolve_sweep(store, sweep_ref).id if sweep_ref else None
-    diff_sweep_id = resolve_sweep(store, diff_sweep_ref).id if diff_sweep_ref else None
-    detail = store.job_detail(job_ref, sweep_id)
+    sweep = query.resolve_sweep(store, sweep_ref).id if sweep_ref else None
+    diff_sweep = query.resolve_sweep(store, diff_sweep_ref).id if diff_sweep_ref else None
+    detail = query.job_detail(store, job_ref, sweep)
     if detail is None:
-        raise JobNotFound(f"no job with key starting {job_ref!r}; `tvmbench results list` shows the keys")
+        raise query.NoSuchJob(f"no job with key starting {job_ref!r}; `tvmbench results list` shows the keys")
     other = None
     if diff_ref is not None:
-        other = store.job_detail(diff_ref, diff_sweep_id)
+        other = query.job_detail(store, diff_ref, diff_sweep)
         if other is None:
-            raise JobNotFound(
+            raise query.NoSuchJob(
                 f"no job with key starting {diff_ref!r} to diff against; `tvmbench results list` shows the keys"
             )
-    kernels = kernel_profile(store, detail["job_key"], detail["sweep_id"])
-    pass_diff = labels = None
-    if other is not None:
-        trace_a = (detail.get("build") or {}).get("pass_trace") or []
-        trace_b = (other.get("build") or {}).get("pass_trace") or []
-        labels = [job_label(detail), job_label(other)]
-        pass_diff = pass_trace_diff(trace_a, trace_b, *labels)
-    extra = {"kernel_profile": kernels, "diff_job": other and other["job_key"], "pass_diff": pass_diff}
-    return {**detail, **extra, "diff_labels": labels}
+    trace_a = (detail.get("build") or {}).get("pass_trace") or []
+    trace_b = ((other or {}).get("build") or {}).get("pass_trace") or []
+    labels = tuple(f"{d['job_key'][:12]} {d['executor']} O{d['opt_level']}" for d in (detail, other or detail))
+    return {
+        "detail": detail,
+        "other": other,
+        "kernels": kernel_profile(store, detail["job_key"], detail["sweep_id"]),
+        "pass_diff": pass_trace_diff(trace_a, trace_b, *labels) if other else None,
+        "pass_count": len(trace_a),
+        "labels": labels,
+    }
+
+
+def job_json(explained: dict[str, Any]) -> dict[str, Any]:
+    """What `results show --json` prints for an ``explain_job`` answer: the job's detail plus its kernel
+    profile and, with a diff, the other job's key, the diff and the two jobs' labels."""
+    other = explained["other"]
+    return {
+        **explained["detail"],
+        "kernel_profile": explained["kernels"],
+        "diff_job": other and other["job_key"],
+        "pass_diff": explained["pass_diff"],
+        "diff_labels": list(explained["labels"]) if other else None,
+    }

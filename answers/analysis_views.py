@@ -13,7 +13,7 @@ from rich.table import Table
 if TYPE_CHECKING:
     import pandas as pd
 
-    from orchestrator.compare import Comparison
+    from answers.compare import Comparison
 
 _VERDICT_STYLE = {"regression": "red", "broken": "red", "improvement": "green", "fixed": "green"}
 

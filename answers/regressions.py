@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from sqlalchemy import select
 
+from answers import query as q
+from answers.analysis_views import _jsonable, records
 from db import models as m
-from orchestrator import query as q
-from orchestrator.analysis_views import _jsonable, records
 
 if TYPE_CHECKING:
     from db.store import ResultStore

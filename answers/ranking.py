@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 
+from answers import query as q
+from answers.stats import DEFAULT_SEED, median_ci
 from db import models as m
-from orchestrator import query as q
-from orchestrator.stats import DEFAULT_SEED, median_ci
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -17,9 +17,9 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator import query as q
-from orchestrator import ranking, regressions
-from orchestrator.stats import median_ci
+from answers import query as q
+from answers import ranking, regressions
+from answers.stats import median_ci
 
 if TYPE_CHECKING:
     import pandas as pd
