@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from answers import query as q
-from answers.analysis_views import _jsonable, records
 from answers.stats import DEFAULT_SEED, geometric_mean, mann_whitney_p, ratio_ci
 
 if TYPE_CHECKING:
@@ -53,18 +52,6 @@ class Comparison:
             f"{self.count('broken')} broken, {self.count('fixed')} fixed; "
             f"{self.only_a} only in A, {self.only_b} only in B" + self.load_note()
         )
-
-    def to_json(self) -> dict[str, Any]:
-        """What `results compare --json` prints (NaN as null): the summary, the geomean and every matched row."""
-        return {
-            "sweep_a": self.sweep_a,
-            "sweep_b": self.sweep_b,
-            "summary": self.summary(),
-            "geomean_ratio": _jsonable(self.geomean_ratio),
-            "only_a": self.only_a,
-            "only_b": self.only_b,
-            "rows": records(self.rows),
-        }
 
     def load_note(self) -> str:
         """A warning when either sweep was timed on a busy host, where whole sweeps drift together."""

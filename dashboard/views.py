@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from answers import compare as compare_mod
 from answers import html_report, ranking, regressions, why
 from answers import query as q
-from answers.analysis_views import _jsonable, records
+from answers.analysis_views import _jsonable, comparison_json, records
 from dashboard import plots
 from orchestrator import farm as farm_mod
 
@@ -111,7 +111,7 @@ def compare(
     store: ResultStore, ref_a: str, ref_b: str, *, threshold: float = 0.05, alpha: float = 0.05
 ) -> dict[str, Any]:
     """Two sweeps side by side: `tvmbench results compare A B --json`."""
-    return jsonable(compare_mod.compare(store, ref_a, ref_b, threshold=threshold, alpha=alpha).to_json())
+    return jsonable(comparison_json(compare_mod.compare(store, ref_a, ref_b, threshold=threshold, alpha=alpha)))
 
 
 def history(store: ResultStore, key: str, method: str = "zscore") -> dict[str, Any]:
@@ -122,7 +122,7 @@ def history(store: ResultStore, key: str, method: str = "zscore") -> dict[str, A
 def farm(store: ResultStore, tracker: str | None) -> dict[str, Any]:
     """Boards the database knows (health, failures in a row toward quarantine, facts) and, with a tracker,
     `tvmbench farm list --no-live --json` (no session is opened: a dashboard must not hold boards)."""
-    from db.store import QUARANTINE_AFTER
+    from core.health import QUARANTINE_AFTER
 
     known = q.boards(store)
     out: dict[str, Any] = {

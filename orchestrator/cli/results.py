@@ -194,7 +194,7 @@ def results_compare(
     with failures_as_lines():
         result = compare.compare(open_store(db), sweep_a, sweep_b, threshold=threshold, alpha=alpha)
     if as_json:
-        print_json(result.to_json())
+        print_json(analysis_views.comparison_json(result))
     else:
         analysis_views.print_compare(console, result, show_all)
     if result.count("regression") or result.count("broken"):
