@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.farm import LOOPBACK, is_loopback, warn_exposed
@@ -36,28 +35,21 @@ def check_host(host: str, allow_remote: bool) -> None:
 
 
 def open_readonly(url: str | None) -> ResultStore:
-    """The results database opened read-only, its schema checked; ServeError names what is wrong."""
+    """The results database opened so that it can never be written (``ResultStore(never_write=True)``),
+    its schema checked; ServeError names what is wrong (a missing file, an older schema, no server)."""
     from sqlalchemy.engine import make_url
 
-    from db.store import ResultStore, default_url, schema_problem
+    from core.errors import one_line
+    from db.store import ResultStore, StoreError, default_url
 
     url = url or default_url()
-    path = make_url(url).database if url.startswith("sqlite") else None
-    if path and path != ":memory:" and not Path(path).expanduser().is_file():
-        raise ServeError(f"no results database at {path}: run a sweep first, or give --db (or TVMBENCH_DB)")
     try:
-        store = ResultStore(url, readonly=True)
-        problem = schema_problem(store.engine)
+        return ResultStore(url, never_write=True)
+    except StoreError as exc:
+        raise ServeError(str(exc)) from None
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise ServeError(
-            f"cannot open results database {url} read-only: {exc.__class__.__name__}: {first} "
-            "(is the path or URL right? a sweep creates the database)"
-        ) from None
-    if problem:
-        store.close()
-        raise ServeError(f"results database {url}: {problem}")
-    return store
+        shown = make_url(url).render_as_string(hide_password=True)
+        raise ServeError(f"cannot open results database {shown} read-only: {one_line(exc)}") from None
 
 
 def listen(host: str, port: int) -> socket.socket:
