@@ -3,6 +3,7 @@ way to say what a path is when it is not the file asked for."""
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 LIMIT = 400
@@ -26,8 +27,6 @@ def describe_missing(path: Path) -> str:
     """What ``path`` is when it is not a regular file ("is a directory", "does not exist", ...).
 
     Only ``stat``: a FIFO or a device is never opened (reading one blocks or never ends)."""
-    import stat
-
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:

@@ -98,6 +98,33 @@ class MeasureSettings:
     session_timeout_s: float = 120.0
     device_wait_s: float = 60.0
     profile: bool = False  # also time every kernel call on the board (needs the board agent)
+    # Sampling (workers/sampling.py): runs discarded before sampling; with target_rel_ci, sample between
+    # min_repeat and max_repeat until the 95 % CI half-width of the median is within that fraction of it;
+    # max_s caps the sampling time of a job in either mode.
+    warmup: int = 0
+    min_repeat: int | None = None
+    max_repeat: int | None = None
+    target_rel_ci: float | None = None
+    max_s: float | None = None
+
+    def identity(self) -> dict[str, Any]:
+        """The settings as they enter job keys and sweep ids: sampling keys left at their defaults are
+        omitted, so sweeps written before they existed keep their keys (and their stored results)."""
+        values = asdict(self)
+        for name in SAMPLING_KEYS:
+            if values[name] == _SAMPLING_DEFAULTS[name]:
+                del values[name]
+        return values
+
+
+SAMPLING_KEYS: tuple[str, ...] = ("warmup", "min_repeat", "max_repeat", "target_rel_ci", "max_s")
+_SAMPLING_DEFAULTS: dict[str, Any] = {
+    "warmup": 0,
+    "min_repeat": None,
+    "max_repeat": None,
+    "target_rel_ci": None,
+    "max_s": None,
+}
 
 
 @dataclass(frozen=True)
@@ -135,7 +162,7 @@ class Job:
             {
                 **self.build_config(),
                 "board_key": self.target.board_key,
-                "measure": asdict(self.measure),
+                "measure": self.measure.identity(),
                 **self.model.input_values(),  # other inputs, other verdict; the build stays the same
             }
         )
@@ -163,8 +190,9 @@ class Build:
     ffi_version: str | None = None
     host: str | None = None
     # Microcontroller builds: flash_bytes (text + weights), ram_bytes (arena, workspace, I/O, stack
-    # estimate) and their parts; None for other executors.
-    memory: dict[str, int] | None = None
+    # estimate) and their parts. Relax VM builds (workers/memory_plan.py): params_bytes, planned_bytes
+    # (after StaticPlanBlockMemory) and ram_bytes = their sum. None when not known.
+    memory: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -200,6 +228,25 @@ class Run:
     # What samples_ms/median_ms/... count: "ms", or "instructions" for emulated microcontrollers (a
     # deterministic count from qemu -icount, never to be ranked against milliseconds).
     unit: str = "ms"
+    # How sampling ended (workers/sampling.py): warmup count, stop reason, achieved CI and its details.
+    warmup_runs: int | None = None
+    stop_reason: str | None = None
+    ci_rel: float | None = None
+    sampling: dict[str, Any] | None = None
+    # Phases before the steady state: upload, module load, first inference (None: not measured; the
+    # phases dict then says why).
+    upload_bytes: int | None = None
+    upload_s: float | None = None
+    load_s: float | None = None
+    first_ms: float | None = None
+    phases: dict[str, Any] | None = None
+    # Resident memory of the board's session process (VmHWM, MB) and the readings it comes from, or
+    # {"available": False, "reason": ...}.
+    peak_mem_mb: float | None = None
+    memory: dict[str, Any] | None = None
+    # Board state before/after the samples (workers/board_state.py) and the warnings drawn from it.
+    board_state: dict[str, Any] | None = None
+    warnings: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:

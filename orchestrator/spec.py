@@ -87,7 +87,7 @@ class SweepSpec:
                 "executors": self.executors,
                 "opt_levels": self.opt_levels,
                 "pipelines": self.pipelines,
-                "measure": self.measure.__dict__,
+                "measure": self.measure.identity(),  # sampling keys only when set: older ids stay
                 "label": self.label,
                 # Only sweeps with an executor that takes the kernels axis carry it (older sweep ids stay the same).
                 **({"kernels": self.kernels} if any(registry.get(e).kernel_paths for e in self.executors) else {}),
@@ -113,6 +113,11 @@ _MEASURE_KEYS = {
     "session_timeout_s",
     "device_wait_s",
     "profile",
+    "warmup",
+    "min_repeat",
+    "max_repeat",
+    "target_rel_ci",
+    "max_s",
 }
 _TOLERANCE_KEYS = {"atol", "rtol"}
 # Upper bounds: past them a job runs for days, or a timeout overflows where it reaches C++ as an int.
@@ -315,20 +320,22 @@ def _measure(data: dict[str, Any]) -> MeasureSettings:
         if f.type in ("bool", bool):
             values[f.name] = _typed(f"{where}.{f.name}", value, bool, "true or false")
             continue
-        if f.type in ("int", int):
+        integer = f.type in ("int", int, "int | None")
+        if integer:
             _typed(f"{where}.{f.name}", value, int, "a non-negative integer")
         else:
             _typed(f"{where}.{f.name}", value, (int, float), "a number")
         if value != value:  # nan: every comparison with it is false, so every output would be "wrong"
             raise SpecError(f"{where}.{f.name} = nan: give a number")
-        if value < 0 or (f.name in ("number", "repeat", "session_timeout_s") and value == 0):
+        if value < 0 or (f.name in _POSITIVE_KEYS and value == 0):
             raise SpecError(f"{where}.{f.name} = {value}: must be {'positive' if value == 0 else 'non-negative'}")
-        if f.name in _MEASURE_LIMITS and not value <= _MEASURE_LIMITS[f.name]:  # `not <=` also catches nan
+        if f.name in _MEASURE_LIMITS and not value <= _MEASURE_LIMITS[f.name]:
             raise SpecError(
                 f"{where}.{f.name} = {value}: at most {_MEASURE_LIMITS[f.name]:g} (a sweep that never ends "
                 "helps nobody; cancel and resume work in steps)"
             )
-        values[f.name] = float(value) if f.type in ("float", float) else value
+        values[f.name] = value if integer else float(value)
+    _check_sampling(measure, values)
     return MeasureSettings(**values)
 
 
@@ -349,6 +356,38 @@ def _no_control_characters(where: str, value: Any) -> None:
                 f"{where} = {value!r} contains the control character U+{ord(bad):04X}; remove it "
                 "(names and paths are printed on terminals)"
             )
+
+
+_POSITIVE_KEYS = {"number", "repeat", "session_timeout_s", "min_repeat", "max_repeat", "target_rel_ci", "max_s"}
+
+
+def _check_sampling(measure: dict[str, Any], values: dict[str, Any]) -> None:
+    """The sampling keys must make one stop rule: fixed ``repeat``, or adaptive ``target_rel_ci``."""
+    adaptive = values.get("target_rel_ci") is not None
+    if adaptive and "repeat" in measure:
+        raise SpecError(
+            "measure.repeat and measure.target_rel_ci: choose one; repeat is a fixed sample count, "
+            "target_rel_ci samples until the CI is narrow enough (bound it with min_repeat/max_repeat/max_s)"
+        )
+    if not adaptive:
+        for key in ("min_repeat", "max_repeat"):
+            if key in measure:
+                raise SpecError(
+                    f"measure.{key} bounds adaptive sampling: add target_rel_ci (e.g. 0.02), or use repeat = N"
+                )
+    if adaptive and values["target_rel_ci"] >= 1:
+        raise SpecError(
+            f"measure.target_rel_ci = {values['target_rel_ci']}: a fraction of the median, e.g. 0.02 for 2 %"
+        )
+    low, high = values.get("min_repeat"), values.get("max_repeat")
+    if low is not None and high is not None and low > high:
+        raise SpecError(f"measure.min_repeat = {low} is above measure.max_repeat = {high}")
+    timeout = values.get("session_timeout_s", MeasureSettings.session_timeout_s)
+    if values.get("max_s") is not None and values["max_s"] >= timeout:
+        raise SpecError(
+            f"measure.max_s = {values['max_s']:g} must be below session_timeout_s = {timeout:g} "
+            "(the session also uploads, loads and checks the model): lower max_s or raise session_timeout_s"
+        )
 
 
 def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> SweepSpec:

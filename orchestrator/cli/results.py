@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -31,24 +32,13 @@ def results_list(
 
 @app.command("sweeps")
 def results_sweeps(db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """The sweeps in the database, newest first."""
-    rows = [
-        {
-            "sweep_id": s.id,
-            "name": s.name,
-            "label": s.label,
-            "status": s.status,
-            "jobs": s.job_count,
-            "created_at": s.created_at.isoformat(),
-            "tvm_version": s.tvm_version,
-            "source": s.source_path,
-        }
-        for s in query.sweeps(open_store(db, read_only=True))
-    ]
+    """The sweeps in the database, newest first, with their progress (jobs final / ok / failed / pending)."""
+    rows = query.sweeps_overview(open_store(db, read_only=True))
     if as_json:
         print_json(rows)
         return
-    report.simple_table(console, rows, title="sweeps")
+    hidden = ("statuses", "finished_at")  # in --json; the table stays readable in a terminal
+    report.simple_table(console, [{k: v for k, v in r.items() if k not in hidden} for r in rows], title="sweeps")
 
 
 @app.command("show")
@@ -69,8 +59,7 @@ def results_show(
     detail, other, kernels, pass_diff = shown["detail"], shown["other"], shown["kernels"], shown["pass_diff"]
     label_a, label_b = shown["labels"]
     if as_json:
-        extra = {"kernel_profile": kernels, "diff_job": other and other["job_key"], "pass_diff": pass_diff}
-        print_json({**detail, **extra})
+        print_json(why.job_json(shown))
         return
     report.job_detail(console, detail)
     analysis_views.print_kernels(console, kernels, top)
@@ -146,27 +135,45 @@ def results_query(
         str | None, typer.Option("--pivot", help="Column whose values become columns (median ms of ok jobs).")
     ] = None,
     limit: Annotated[int | None, typer.Option(help="At most this many rows (before grouping).")] = None,
+    max_memory_mb: Annotated[
+        float | None,
+        typer.Option(
+            "--max-memory-mb",
+            help="Only configurations whose peak memory (board-measured, or a microcontroller's static RAM) "
+            "is at most this many MB: which ones fit.",
+        ),
+    ] = None,
     db: DbOpt = None,
     as_json: JsonOpt = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
 ) -> None:
     """Filter results; optionally group (counts, median/fastest/slowest of ok medians) or pivot them."""
+    if max_memory_mb is not None and max_memory_mb <= 0:
+        fail(f"--max-memory-mb {max_memory_mb:g}: give the board's memory in MB, e.g. --max-memory-mb 512", code=2)
     filters = _filters(sweep, model, target, board, executor, opt_level, pipeline, status, since, until)
+    filters = replace(filters, max_memory_mb=max_memory_mb)
     table_only = not (group_by or pivot or as_json or as_csv)
     if table_only and limit is None:
         limit = TABLE_ROWS  # a terminal table of a million rows helps nobody; --csv/--json give them all
+    store = open_store(db, read_only=True)
     with failures_as_lines():
-        df = query.query(open_store(db, read_only=True), filters, limit=limit)
+        df = query.query(store, filters, limit=limit)
         if pivot:
             df = query.pivot(df, _split(group_by), pivot)
         elif group_by:
             df = query.group(df, _split(group_by))
         elif not (as_json or as_csv):
             df = df[["job_key", "sweep_label", "model", "target", "board", "executor", "opt_level", "pipeline",
-                     "status", "unit", "median", "std", "max_abs_err", "emulated"]]  # fmt: skip
+                     "status", "unit", "median", "std", "peak_mem_mb", "max_abs_err", "emulated"]]  # fmt: skip
+        unknown = query.unknown_memory_count(store, filters) if max_memory_mb is not None else 0
     analysis_views.write_frame(console, df, filters.describe(), "json" if as_json else "csv" if as_csv else "table")
     if table_only and len(df) == limit:
         console.print(f"showing the first {limit} rows: --limit N shows more, --csv or --json all of them")
+    if unknown and not (as_json or as_csv):
+        console.print(
+            f"{unknown} ok result(s) with no memory figure were left out (stock RPC server boards, runs before "
+            "migration 0005): their fit is unknown, not assured"
+        )
 
 
 @app.command("best")
@@ -180,17 +187,24 @@ def results_best(
     executor: ExecutorOpt = None,
     pipeline: PipelineOpt = None,
     confidence: Annotated[float, typer.Option(help="Confidence level of the bootstrap intervals.")] = 0.95,
+    metric: Annotated[
+        str,
+        typer.Option(
+            help="steady: the median of the steady-state samples; first: the first inference after load "
+            "(what a cold start waits for)."
+        ),
+    ] = "steady",
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Per (model, board): the fastest configuration whose outputs were correct, its speed-ups and certainty."""
     filters = _filters(sweep, model, target, board, executor, None, pipeline, None, None, None)
     with failures_as_lines():
-        rows = ranking.best(open_store(db, read_only=True), filters, confidence=confidence)
+        rows = ranking.best(open_store(db, read_only=True), filters, confidence=confidence, metric=metric)
     if as_json:
         print_json(analysis_views.records(rows))
         return
-    analysis_views.print_best(console, rows, confidence)
+    analysis_views.print_best(console, rows, confidence, metric)
 
 
 @app.command("compare")
@@ -207,17 +221,7 @@ def results_compare(
     with failures_as_lines():
         result = compare.compare(open_store(db, read_only=True), sweep_a, sweep_b, threshold=threshold, alpha=alpha)
     if as_json:
-        print_json(
-            {
-                "sweep_a": result.sweep_a,
-                "sweep_b": result.sweep_b,
-                "summary": result.summary(),
-                "geomean_ratio": analysis_views._jsonable(result.geomean_ratio),
-                "only_a": result.only_a,
-                "only_b": result.only_b,
-                "rows": analysis_views.records(result.rows),
-            }
-        )
+        print_json(analysis_views.comparison_json(result))
     else:
         analysis_views.print_compare(console, result, show_all)
     if result.count("regression") or result.count("broken"):
