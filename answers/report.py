@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 _STATUS_STYLE = {"ok": "green", "pending": "yellow", "pending-device": "yellow"}
 
@@ -95,8 +96,8 @@ def results_table(console: Console, rows: list[dict[str, Any]], title: str) -> N
             r["executor"] + (f" ({r['kernels_path']})" if r.get("kernels_path") else ""),
             str(r["opt_level"]),
             r["pipeline"],
-            f"[{style}]{r['status']}[/]",
-            median + (f" [red]![{len(r['warnings'])}][/]" if r.get("warnings") else ""),
+            Text(r["status"], style=style),
+            Text.assemble(median, (f" ![{len(r['warnings'])}]", "red") if r.get("warnings") else ""),
             _fmt(r["std_ms"]),
             _peak(r),
             _fmt(r["max_abs_err"]),
@@ -107,13 +108,15 @@ def results_table(console: Console, rows: list[dict[str, Any]], title: str) -> N
     console.print(table)
     failed = [r for r in rows if r["status"] not in ("ok", "pending", "pending-device") and r["error"]]
     for r in failed[:10]:
-        console.print(f"[red]{r['job_key'][:12]} {r['status']}:[/] {r['error']}", highlight=False, soft_wrap=True)
+        line = Text.assemble((f"{r['job_key'][:12]} {r['status']}:", "red"), " ", r["error"])
+        console.print(line, highlight=False, soft_wrap=True)
     if any(r["equivalent_to"] for r in rows):
         console.print("program 'a = b': the job built the same program as job b, which was measured once for both")
     warned = [r for r in rows if r.get("warnings")]
     for r in warned[:10]:
         for w in r["warnings"]:
-            console.print(f"[red]{r['job_key'][:12]} warning:[/] {w}", highlight=False, soft_wrap=True)
+            line = Text.assemble((f"{r['job_key'][:12]} warning:", "red"), " ", w)
+            console.print(line, highlight=False, soft_wrap=True)
     if any(r.get("executor") == "aot-c" and r.get("peak_mem_mb") is not None for r in rows):
         console.print("peak MB of aot-c jobs: the firmware's static RAM (arena, workspace, I/O, stack estimate)")
 
@@ -150,14 +153,11 @@ def split_pass_trace(trace: list[str]) -> tuple[list[str], int]:
 
 
 def job_detail(console: Console, d: dict[str, Any]) -> None:
-    console.print(f"[bold]job {d['job_key']}[/] (sweep {d['sweep_id']})")
+    console.print(Text.assemble((f"job {d['job_key']}", "bold"), f" (sweep {d['sweep_id']})"))
     console.print(f"  model {d['model']}  target {d['target']}  board key {d['board_key']}")
     console.print(f"  executor {d['executor']}  opt_level {d['opt_level']}  pipeline {d['pipeline']}")
-    console.print(
-        f"  status [{_STATUS_STYLE.get(d['status'], 'red')}]{d['status']}[/]"
-        + (f": {d['error']}" if d.get("error") else ""),
-        highlight=False,
-    )
+    status = Text(d["status"], style=_STATUS_STYLE.get(d["status"], "red"))
+    console.print(Text.assemble("  status ", status, f": {d['error']}" if d.get("error") else ""), highlight=False)
     b = d.get("build")
     if b:
         console.print(
@@ -271,7 +271,7 @@ def run_measurement_lines(r: dict[str, Any]) -> list[str]:
         lines.append(f"board before: {board_state_line(state.get('before'))}")
         lines.append(f"board after:  {board_state_line(state.get('after'))}")
     for w in r.get("warnings") or []:
-        lines.append(f"[red]warning:[/] {w}")
+        lines.append(f"warning: {w}")
     return lines
 
 

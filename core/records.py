@@ -54,10 +54,21 @@ class ModelRef:
     sha256: str
     source: str  # the path as given, or "onnx:<name>" for a model bundled with the onnx package
     inputs: tuple[tuple[str, tuple[int, ...], str], ...]  # (name, shape, dtype)
+    # Where the input values come from when not the default draw: (name, low, high) inclusive ranges
+    # (given in the sweep file, or the size of the table an integer input indexes), or the sha256 of an
+    # .npz inputs file. Empty/None for the default, so older job keys stay the same.
+    value_ranges: tuple[tuple[str, float, float], ...] = ()
+    inputs_file_sha256: str | None = None
 
     @property
     def shape_dict(self) -> dict[str, list[int]]:
         return {name: list(shape) for name, shape, _ in self.inputs}
+
+    def input_values(self) -> dict[str, Any]:
+        """What decides the input values beyond the seed, for identities; {} for the default draw."""
+        if self.inputs_file_sha256:
+            return {"inputs_file": self.inputs_file_sha256}
+        return {"value_ranges": [list(r) for r in self.value_ranges]} if self.value_ranges else {}
 
 
 @dataclass(frozen=True)
@@ -148,7 +159,12 @@ class Job:
     def key(self) -> str:
         """Stable identity of the job: the same on any machine for the same sweep file."""
         return canonical_hash(
-            {**self.build_config(), "board_key": self.target.board_key, "measure": self.measure.identity()}
+            {
+                **self.build_config(),
+                "board_key": self.target.board_key,
+                "measure": self.measure.identity(),
+                **self.model.input_values(),  # other inputs, other verdict; the build stays the same
+            }
         )
 
     def build_key(self, tvm_version: str) -> str:

@@ -25,11 +25,12 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Insert, create_engine, event, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from core import records
+from core.errors import describe_missing
 from core.health import next_state
 from db import models as m
 
@@ -60,8 +61,59 @@ def _ts(value: float | None) -> datetime | None:
     return datetime.fromtimestamp(value, UTC) if value is not None else None
 
 
-def make_engine(url: str) -> Engine:
-    """An engine with the per-backend settings that make writes durable and concurrent."""
+class StoreError(RuntimeError):
+    """The results database cannot be opened as asked; the message names the path and what to do."""
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite:///path`` URL (None for other backends and in-memory databases)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database)
+
+
+def check_sqlite_path(path: Path) -> None:
+    """Fail at once (not after the write retries) when ``path`` cannot be a SQLite database file."""
+
+    if path.exists() and not path.is_file():
+        raise StoreError(
+            f"{path} {describe_missing(path)}: give the path of a database file, e.g. {path / 'results.db'}"
+        )
+    if not path.parent.is_dir():
+        raise StoreError(f"{path}: folder {path.parent} {describe_missing(path.parent)}: create it or fix the path")
+
+
+def _writable(path: Path) -> bool:
+    return os.access(path.parent, os.W_OK) and (not path.exists() or os.access(path, os.W_OK))
+
+
+def make_engine(url: str, *, read_only: bool = False) -> Engine:
+    """An engine with the per-backend settings that make writes durable and concurrent.
+
+    ``read_only``: SQLite opens the file read-only (``mode=ro``), or as immutable where its folder is
+    not writable (a read-only mount: SQLite could not create the WAL index there, and nobody can write);
+    PostgreSQL sessions start with ``default_transaction_read_only`` (ResultStore asks for that only
+    with ``never_write``).
+    """
+    path = sqlite_path(url) if url.startswith("sqlite") else None
+    if path is not None and read_only:
+        from urllib.parse import quote
+
+        mode = "mode=ro" if os.access(path.parent, os.W_OK) else "immutable=1"
+        target = f"file:{quote(str(path.resolve()))}?{mode}"
+        engine = create_engine("sqlite://", creator=lambda: _sqlite_connect(target))
+
+        @event.listens_for(engine, "connect")
+        def _read_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.execute("PRAGMA query_only=ON")
+
+        return engine
+    if read_only and not url.startswith("sqlite"):
+        # PostgreSQL: every transaction of these sessions is read-only; the server refuses writes.
+        return create_engine(url, pool_pre_ping=True, connect_args={"options": "-c default_transaction_read_only=on"})
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30})
 
@@ -76,6 +128,12 @@ def make_engine(url: str) -> Engine:
 
         return engine
     return create_engine(url, pool_pre_ping=True)
+
+
+def _sqlite_connect(uri: str) -> Any:
+    import sqlite3
+
+    return sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
 
 
 def _insert(session: Session, model: type[m.Base], values: dict[str, Any]) -> Insert:
@@ -119,15 +177,79 @@ def upgrade(engine: Engine) -> None:
         command.upgrade(config, "head")
 
 
+def schema_problem(engine: Engine) -> str | None:
+    """None when the database's schema is at the newest migration, else what is wrong and what to run."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+    with engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    if current == head:
+        return None
+    if current is None:
+        return "it holds no tvmbench schema (an empty or foreign database); run a sweep or `tvmbench db upgrade` first"
+    return f"its schema is at revision {current}, this tvmbench needs {head}: run `tvmbench db upgrade --db ...`"
+
+
 class ResultStore:
     """Writes to one results database (and the reads the control plane acts on)."""
 
-    def __init__(self, url: str | None = None, *, migrate: bool = True) -> None:
+    def __init__(
+        self, url: str | None = None, *, migrate: bool = True, read_only: bool = False, never_write: bool = False
+    ) -> None:
+        """Open (and migrate) the database at ``url``.
+
+        ``read_only``: for commands that only read. An existing SQLite file at the newest schema is opened
+        read-only, so it can be queried where it cannot be written (a read-only mount); one at an older
+        schema is migrated first where it is writable. Other backends open as usual.
+
+        ``never_write`` (the dashboard): every backend refuses writes at the database level (SQLite as
+        above, PostgreSQL in read-only transactions), and nothing is created or migrated: a missing file or
+        a schema other than the newest is a StoreError saying what to run.
+        """
         self.url = url or default_url()
-        self.engine = make_engine(self.url)
-        if migrate:
+        path = sqlite_path(self.url)
+        if path is not None:
+            check_sqlite_path(path)
+        if never_write:
+            if path is not None and not path.is_file():
+                raise StoreError(f"no results database at {path}: run a sweep first, or give --db (or TVMBENCH_DB)")
+            self.read_only = True
+            self.engine = make_engine(self.url, read_only=True)
+            problem = schema_problem(self.engine)
+            if problem:
+                self.engine.dispose()
+                shown = path or make_url(self.url).render_as_string(hide_password=True)
+                raise StoreError(f"results database {shown}: {problem}")
+            self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+            return
+        self.read_only = bool(read_only and path is not None and path.is_file())
+        self.engine = make_engine(self.url, read_only=self.read_only)
+        if self.read_only and not self._at_head():
+            if not _writable(path):
+                raise StoreError(
+                    f"{path} is read-only and at an older schema: run `tvmbench db upgrade` where it is "
+                    "writable, or copy it somewhere writable"
+                )
+            self.engine.dispose()
+            self.read_only = False
+            self.engine = make_engine(self.url)
+        if not self.read_only and migrate:
             self._retry(lambda: upgrade(self.engine))
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    def _at_head(self) -> bool:
+        """Whether the database is at the newest migration (a read-only one cannot be migrated)."""
+        from alembic.config import Config
+        from alembic.runtime.migration import MigrationContext
+        from alembic.script import ScriptDirectory
+
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        head = ScriptDirectory.from_config(config).get_current_head()
+        with self.engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision() == head
 
     def close(self) -> None:
         self.engine.dispose()
@@ -146,8 +268,9 @@ class ResultStore:
         for i in range(attempts):
             try:
                 return fn()
-            except OperationalError:
-                if i == attempts - 1:
+            except OperationalError as exc:
+                # A file that cannot be opened stays so: say it now rather than after the back-off.
+                if i == attempts - 1 or "unable to open database file" in str(exc):
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from answers import analysis_views, compare, html_report, query, ranking, regressions, report, why
 from orchestrator.cli.common import DbOpt, JsonOpt, console, fail, failures_as_lines, open_store, print_json
@@ -22,7 +23,7 @@ def results_list(
     as_json: JsonOpt = False,
 ) -> None:
     """One row per job: configuration, status, median latency, error against ONNX Runtime."""
-    rows = query.results(open_store(db), sweep)
+    rows = query.results(open_store(db, read_only=True), sweep)
     if as_json:
         print_json(rows)
         return
@@ -31,24 +32,13 @@ def results_list(
 
 @app.command("sweeps")
 def results_sweeps(db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """The sweeps in the database, newest first."""
-    rows = [
-        {
-            "sweep_id": s.id,
-            "name": s.name,
-            "label": s.label,
-            "status": s.status,
-            "jobs": s.job_count,
-            "created_at": s.created_at.isoformat(),
-            "tvm_version": s.tvm_version,
-            "source": s.source_path,
-        }
-        for s in query.sweeps(open_store(db))
-    ]
+    """The sweeps in the database, newest first, with their progress (jobs final / ok / failed / pending)."""
+    rows = query.sweeps_overview(open_store(db, read_only=True))
     if as_json:
         print_json(rows)
         return
-    report.simple_table(console, rows, title="sweeps")
+    hidden = ("statuses", "finished_at")  # in --json; the table stays readable in a terminal
+    report.simple_table(console, [{k: v for k, v in r.items() if k not in hidden} for r in rows], title="sweeps")
 
 
 @app.command("show")
@@ -65,22 +55,21 @@ def results_show(
 ) -> None:
     """One job: configuration, build facts, pass trace, samples, errors, top kernels; --diff another job."""
     with failures_as_lines():  # unknown jobs or sweeps: one line, exit 2
-        shown = why.explain_job(open_store(db), job, sweep, diff, diff_sweep)
+        shown = why.explain_job(open_store(db, read_only=True), job, sweep, diff, diff_sweep)
     detail, other, kernels, pass_diff = shown["detail"], shown["other"], shown["kernels"], shown["pass_diff"]
     label_a, label_b = shown["labels"]
     if as_json:
-        extra = {"kernel_profile": kernels, "diff_job": other and other["job_key"], "pass_diff": pass_diff}
-        print_json({**detail, **extra})
+        print_json(why.job_json(shown))
         return
     report.job_detail(console, detail)
     analysis_views.print_kernels(console, kernels, top)
     if other is not None:
-        console.print(f"[bold]pass trace diff[/] {label_a} -> {label_b}:", highlight=False)
+        console.print(Text.assemble(("pass trace diff", "bold"), f" {label_a} -> {label_b}:"), highlight=False)
         if not pass_diff:
             console.print(f"  identical ({shown['pass_count']} passes)")
         for line in pass_diff or []:
             style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
-            console.print(f"  [{style}]{line}[/]", highlight=False, markup=True)
+            console.print(Text(f"  {line}", style=style), highlight=False)
 
 
 # --- analysis: query, best, compare, regressions, report -------------------------------------------
@@ -166,7 +155,7 @@ def results_query(
     table_only = not (group_by or pivot or as_json or as_csv)
     if table_only and limit is None:
         limit = TABLE_ROWS  # a terminal table of a million rows helps nobody; --csv/--json give them all
-    store = open_store(db)
+    store = open_store(db, read_only=True)
     with failures_as_lines():
         df = query.query(store, filters, limit=limit)
         if pivot:
@@ -211,7 +200,7 @@ def results_best(
     """Per (model, board): the fastest configuration whose outputs were correct, its speed-ups and certainty."""
     filters = _filters(sweep, model, target, board, executor, None, pipeline, None, None, None)
     with failures_as_lines():
-        rows = ranking.best(open_store(db), filters, confidence=confidence, metric=metric)
+        rows = ranking.best(open_store(db, read_only=True), filters, confidence=confidence, metric=metric)
     if as_json:
         print_json(analysis_views.records(rows))
         return
@@ -230,19 +219,9 @@ def results_compare(
 ) -> None:
     """Matched jobs of two sweeps: ratio B/A, its CI, a rank test on the samples; exit 1 on regressions."""
     with failures_as_lines():
-        result = compare.compare(open_store(db), sweep_a, sweep_b, threshold=threshold, alpha=alpha)
+        result = compare.compare(open_store(db, read_only=True), sweep_a, sweep_b, threshold=threshold, alpha=alpha)
     if as_json:
-        print_json(
-            {
-                "sweep_a": result.sweep_a,
-                "sweep_b": result.sweep_b,
-                "summary": result.summary(),
-                "geomean_ratio": analysis_views._jsonable(result.geomean_ratio),
-                "only_a": result.only_a,
-                "only_b": result.only_b,
-                "rows": analysis_views.records(result.rows),
-            }
-        )
+        print_json(analysis_views.comparison_json(result))
     else:
         analysis_views.print_compare(console, result, show_all)
     if result.count("regression") or result.count("broken"):
@@ -270,7 +249,9 @@ def results_regressions(
     filters = _filters(sweep, model, target, board, executor, None, None, None, None, None)
     params = regressions.Params(lookback=lookback, z=z, threshold=threshold)
     with failures_as_lines():
-        rows = regressions.find(open_store(db), filters, method=method, params=params, include_all=show_all)
+        rows = regressions.find(
+            open_store(db, read_only=True), filters, method=method, params=params, include_all=show_all
+        )
     if as_json:
         print_json(analysis_views.records(rows))
         return
@@ -285,5 +266,5 @@ def report_cmd(
 ) -> None:
     """One self-contained HTML report of a sweep: latency plots, ranking, regressions, failures."""
     with failures_as_lines():
-        written = html_report.write_report(open_store(db), sweep, output, png_dir=png)
+        written = html_report.write_report(open_store(db, read_only=True), sweep, output, png_dir=png)
     console.print(f"report {written.html} ({written.plots} plot(s))" + (f", PNGs in {png}" if png else ""))
