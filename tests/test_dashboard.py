@@ -329,6 +329,7 @@ def test_history_and_compare_across_two_runs(server: str, filled: dict[str, Any]
     first, second = filled["sweep_id"], live["sweep_id"]
     key = get_json(f"{server}/api/sweep/{first}")["results"][0]["job_key"]
     history = get_json(f"{server}/api/history/{key[:16]}?method=mad")
+    assert history == cli_json("results", "history", key[:16], "--method", "mad", "--db", filled["url"])
     assert history["job_key"] == key and history["method"] == "mad"
     assert [p["sweep_id"] for p in history["points"]][-2:] == [first, second]
     assert all(p["median"] > 0 and p["regressed"] is False for p in history["points"])  # 2 points: no baseline yet
