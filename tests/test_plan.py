@@ -58,8 +58,6 @@ def test_measure_settings_change_job_key_but_not_build_key(models_dir: Path) -> 
 
 def test_job_keys_are_the_canonical_hashes_of_their_configuration(models_dir: Path) -> None:
     """Keys are computed from cached parts (10,000-job plans): they must stay the documented hashes."""
-    from dataclasses import asdict
-
     from core.records import canonical_hash
 
     text = (
@@ -71,5 +69,5 @@ def test_job_keys_are_the_canonical_hashes_of_their_configuration(models_dir: Pa
     assert len(jobs) == 6
     for job in jobs:
         assert job.key == canonical_hash({**job.build_config(), "board_key": job.target.board_key,
-                                          "measure": asdict(job.measure)})  # fmt: skip
+                                          "measure": job.measure.identity(), **job.model.input_values()})  # fmt: skip
         assert job.build_key("0.27") == canonical_hash({**job.build_config(), "tvm": "0.27"})

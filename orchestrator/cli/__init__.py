@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from orchestrator.cli import db, farm, results, sweep, targets
+from orchestrator.cli import db, farm, results, serve, sweep, targets
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -22,6 +22,7 @@ app.add_typer(farm.app, name="farm")
 app.add_typer(targets.app, name="targets")
 app.add_typer(db.app, name="db")
 app.command("report")(results.report_cmd)
+app.command("serve")(serve.serve)
 
 if __name__ == "__main__":
     app()

@@ -64,5 +64,13 @@ def measure_job(
 ) -> Run:
     """Run one built job with its executor's Runner (``board``: see ``Runner.run``'s keyword options)."""
     return for_job(job).runner.run(
-        job, build, artifact, inputs, reference, tracker, attempt, builds_in_flight, **board  # type: ignore[arg-type]
+        job,
+        build,
+        artifact,
+        inputs,
+        reference,
+        tracker,
+        attempt,
+        builds_in_flight,
+        **board,  # type: ignore[arg-type]
     )
