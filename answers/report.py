@@ -209,7 +209,7 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
         if r["error"]:
             console.print(f"    error: {r['error']}", highlight=False, soft_wrap=True)
         for text in run_measurement_lines(r):
-            console.print(f"    {text}", highlight=False, soft_wrap=True)
+            console.print(Text(f"    {text}"), highlight=False, soft_wrap=True)  # reasons are text, not markup
 
 
 def static_plan_line(memory: dict[str, Any]) -> str:
