@@ -302,7 +302,7 @@ class ResultStore:
                 "flash_bytes": (build.memory or {}).get("flash_bytes"),
                 "ram_bytes": (build.memory or {}).get("ram_bytes"),
                 "memory": build.memory,
-                **_tuning_columns(build.tuning),
+                **tuning_columns(build.tuning),
             }
             upsert(s, m.Build, values, ["build_key"])
 
@@ -790,7 +790,7 @@ def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None) -> dict[st
     }
 
 
-def _tuning_columns(tuning: dict[str, Any] | None) -> dict[str, Any]:
+def tuning_columns(tuning: dict[str, Any] | None) -> dict[str, Any]:
     """The builds columns that carry a tuning dict and the scalars the answers filter and sort on."""
     tuning = tuning or None
     return {
