@@ -98,6 +98,9 @@ def print_best(console: Console, rows: list[dict[str, Any]], confidence: float) 
         console.print(f"[{style}]{r['model']} on {r['board_key']} ({r['unit']}):[/] {r['verdict']}", highlight=False)
     if any(r["emulated"] for r in rows):
         console.print("emulated timings measure the emulator, not the hardware: they are ranked only among themselves")
+    from orchestrator.tuning_answers import print_side_by_side
+
+    print_side_by_side(console, rows)
 
 
 def print_compare(console: Console, result: Comparison, show_all: bool) -> None:

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator import farm as farm_mod
-from orchestrator import report
+from orchestrator import report, tuning_cli
 from orchestrator.spec import SpecError, load_spec
 
 app = typer.Typer(
@@ -34,6 +34,7 @@ app.add_typer(results_app, name="results")
 app.add_typer(farm_app, name="farm")
 app.add_typer(targets_app, name="targets")
 app.add_typer(db_app, name="db")
+app.add_typer(tuning_cli.app, name="tuning")
 
 # Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default.
 console = Console(width=None if sys.stdout.isatty() else 200)

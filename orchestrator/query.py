@@ -50,6 +50,10 @@ _COLUMNS: dict[str, Any] = {
     "max_abs_err": m.Run.max_abs_err,
     "load_avg_1m": m.Run.load_avg_1m,
     "fingerprint": m.Build.fingerprint,
+    # MetaSchedule tuning (NULL when untuned): the budget, trials run, seconds spent tuning
+    "tuning_budget": m.Build.tuning_budget,
+    "tuning_trials": m.Build.tuning_trials,
+    "tuning_s": m.Build.tuning_s,
     "equivalent_to": m.Job.equivalent_to,
     "tvm_version": m.Sweep.tvm_version,
     "host": m.Sweep.host,
@@ -72,6 +76,7 @@ DIMENSIONS: tuple[str, ...] = (
     "unit",
     "emulated",
     "tvm_version",
+    "tuning_budget",
 )
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 
 from db import models as m
 from orchestrator import query as q
+from orchestrator import tuning_answers
 from orchestrator.stats import DEFAULT_SEED, median_ci
 
 if TYPE_CHECKING:
@@ -27,8 +28,10 @@ RANK_KEYS = ["model", "board_key", "unit", "emulated"]
 
 
 def config_name(row: Any) -> str:
-    """A configuration as people say it: "vm-compiled O2 per-target on host"."""
-    return f"{row['executor']} O{row['opt_level']} {row['pipeline']} ({row['target']})"
+    """A configuration as people say it: "vm-compiled O2 per-target (host)", "... tuned 64 (host)"."""
+    budget = row.get("tuning_budget") if hasattr(row, "get") else None
+    tuned = f" tuned {int(budget)}" if tuning_answers.is_tuned(budget) else ""
+    return f"{row['executor']} O{row['opt_level']} {row['pipeline']}{tuned} ({row['target']})"
 
 
 def latest_sweeps(store: ResultStore, filters: q.Filters) -> dict[tuple[str, str], str]:
@@ -70,6 +73,9 @@ _CANDIDATE_COLUMNS = [
     "emulated",
     "median",
     "equivalent_to",
+    "tuning_budget",
+    "tuning_trials",
+    "tuning_s",
 ]
 
 
@@ -109,6 +115,8 @@ def rank(
     is_baseline = df["executor"] == BASELINE_EXECUTOR
     baseline = df[is_baseline].groupby(RANK_KEYS)["median"].min().to_dict()
     contenders = df[~is_baseline]
+    # Side by side, tuned jobs count even when their program equals another's (records that did not apply).
+    every_config = contenders.groupby(RANK_KEYS, sort=True)
     # A job that reused another's identical program carries the same numbers: rank the program once.
     measured = set(zip(contenders["sweep_id"], contenders["job_key"], strict=True))
     dup = [(s, e) in measured for s, e in zip(contenders["sweep_id"], contenders["equivalent_to"], strict=True)]
@@ -163,6 +171,8 @@ def rank(
         if ort is not None and ort < row["best_median"]:
             verdict += f"; the onnxruntime baseline is faster still ({ort:.4g} vs {row['best_median']:.4g} {unit})"
         row["verdict"] = verdict
+        # Tuned and untuned side by side, with what the tuning cost (empty when nothing was tuned).
+        row["tuning"] = tuning_answers.side_by_side(every_config.get_group(key), ort, config_name)
         out.append(row)
     return out
 

@@ -199,6 +199,10 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
             )
         if b.get("error"):
             console.print(f"  build error: {b['error']}", highlight=False)
+        if b.get("tuning"):
+            from orchestrator.tuning_answers import print_tuning
+
+            print_tuning(console, b["tuning"])
         if b["pass_trace"]:
             relax_passes, tir_count = split_pass_trace(b["pass_trace"])
             console.print(

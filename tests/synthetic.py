@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from db import models as m
-from db.store import ResultStore
+from db.store import ResultStore, tuning_columns
 from workers.records import canonical_hash
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -33,12 +33,15 @@ class Result:
     error: str | None = None
     pass_trace: list[str] = field(default_factory=list)
     fingerprint: str | None = None
+    tuning: dict[str, Any] | None = None  # a Build's tuning provenance (tuned builds only)
 
     @property
     def job_key(self) -> str:
-        return canonical_hash(
-            [self.model, self.executor, self.opt_level, self.pipeline, self.target, self.board_key, self.emulated]
-        )
+        parts: list[Any] = [self.model, self.executor, self.opt_level, self.pipeline, self.target, self.board_key]
+        parts.append(self.emulated)
+        if self.tuning:  # untuned results keep the keys they always had
+            parts.append(self.tuning.get("budget"))
+        return canonical_hash(parts)
 
 
 def noisy(center: float, n: int = 10, rel: float = 0.02, seed: int = 0) -> list[float]:
@@ -96,6 +99,7 @@ def add_sweep(
                         pass_trace=r.pass_trace,
                         pass_count=len(r.pass_trace),
                         created_at=created,
+                        **tuning_columns(r.tuning),
                     )
                 )
             s.flush()

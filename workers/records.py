@@ -183,9 +183,9 @@ class Build:
     # Microcontroller builds: flash_bytes (text + weights), ram_bytes (arena, workspace, I/O, stack
     # estimate) and their parts; None for other executors.
     memory: dict[str, int] | None = None
-    # Tuned builds (tuning budget > 0): what the search spent and found, see workers/tuning/stage.py for
-    # the keys (budget, trials_run, trials_from_records, tasks, failed_trials, errors, tuning_s, build_s,
-    # board_wait_s, run_s, cost_model, seed, database). None for untuned builds.
+    # MetaSchedule tuning provenance (None when untuned): budget, trials_run, trials_from_records, tasks
+    # [{name, weight, flops, trials, best_us, records_found}], failed_trials {kind: n}, errors (samples),
+    # tuning_s, build_s, board_wait_s, run_s, cost_model, seed, database.
     tuning: dict[str, Any] | None = None
 
     @property
@@ -226,3 +226,25 @@ class Run:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+
+# MetaSchedule's stand-in run time of a candidate that failed to build or run (kMaxMeanTime).
+MS_FAILED_RUN_S = 1e10
+
+
+@dataclass(frozen=True)
+class TuningScope:
+    """Where tuning records are valid: one target, one kind of board, one TVM, one module equality.
+
+    A record timed on another board key, for another target or by another TVM is not evidence here.
+    ``target`` is the tuning target as ``tvm.target.Target(...).export()`` gives it.
+    """
+
+    target: dict[str, Any]
+    board_key: str
+    tvm_version: str
+    module_equality: str = "structural"
+
+    @property
+    def target_key(self) -> str:
+        return canonical_hash(self.target)
