@@ -462,6 +462,20 @@ class ResultStore:
 
         return self._write(write)
 
+    def reopen_cancelled(self, sweep_id: str) -> int:
+        """Make the sweep's cancelled jobs pending again (an explicit `sweep resume` after a cancel).
+
+        Their attempts stay; what a cancelled tuning stored (records) is reused by the rerun.
+        """
+
+        def write(s: Session) -> int:
+            rows = list(s.scalars(select(m.Job).where(m.Job.sweep_id == sweep_id, m.Job.status == "cancelled")))
+            for row in rows:
+                row.status, row.error, row.finished_at, row.final_run_id = "pending", None, None, None
+            return len(rows)
+
+        return self._write(write)
+
     def next_attempt(self, sweep_id: str, job_key: str) -> int:
         with self._sessions() as s:
             job = self._job_row(s, sweep_id, job_key)

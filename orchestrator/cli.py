@@ -219,6 +219,7 @@ def _execute(
     boards: int,
     as_json: bool,
     farm_resource: str | None = None,
+    reopen_cancelled: bool = False,
 ) -> None:
     from orchestrator.scheduler import check_farm_resource, ensure_ray, run_sweep
     from workers.artifacts import ArtifactCache
@@ -252,7 +253,15 @@ def _execute(
                         ),
                     )
 
-                outcome = run_sweep(spec, store, address, cache, progress=on_progress, farm_resource=farm_resource)
+                outcome = run_sweep(
+                    spec,
+                    store,
+                    address,
+                    cache,
+                    progress=on_progress,
+                    farm_resource=farm_resource,
+                    reopen_cancelled=reopen_cancelled,
+                )
     except farm_mod.FarmError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
@@ -332,7 +341,7 @@ def sweep_resume(
     boards: Annotated[int, typer.Option(help="Host boards of an ephemeral local farm.")] = 1,
     as_json: JsonOpt = False,
 ) -> None:
-    """Finish a stored sweep: only jobs without a final row run."""
+    """Finish a stored sweep: jobs without a final row run, and so do jobs `sweep cancel` ended."""
     from orchestrator.spec import parse_spec
 
     store = _store(db)
@@ -347,7 +356,7 @@ def sweep_resume(
         spec = spec.__class__(**{**spec.__dict__, "label": sweep.label})
     if spec.sweep_id != sweep.id:
         fail(f"the models of sweep {sweep.id} changed on disk since it ran; run the file as a new sweep")
-    _execute(spec, db, tracker, ray_address, boards, as_json)
+    _execute(spec, db, tracker, ray_address, boards, as_json, reopen_cancelled=True)
 
 
 # --- sweeps on a Ray cluster (orchestrator/submit.py) ---------------------------------------------

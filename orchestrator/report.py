@@ -80,10 +80,12 @@ def tuning_plan_table(console: Console, row: dict[str, Any]) -> None:
         console.print(f"{head}: cannot plan the tasks: {plan['error']}")
         return
     basis = "the untuned kernel profile" if plan["weights_from"] == "profile" else "weight x FLOPs"
-    table = Table(
-        title=f"{head}, {plan['trials_to_run']} to run, {plan['trials_covered']} covered by stored records "
-        f"({plan['database']}); split by {basis}"
+    console.print(
+        f"{head}, {plan['trials_to_run']} to run, {plan['trials_covered']} covered by stored records "
+        f"({plan['database']}); split by {basis}",
+        soft_wrap=True,
     )
+    table = Table()
     for column, justify in (
         ("task", "left"),
         ("weight", "right"),

@@ -469,6 +469,7 @@ def run_sweep(
     max_builds: int | None = None,
     farm_resource: str | None = None,
     health_checks: bool = True,
+    reopen_cancelled: bool = False,
 ) -> SweepOutcome:
     """Run (or resume) a sweep against the farm at ``tracker``; Ray must be initialised.
 
@@ -476,6 +477,8 @@ def run_sweep(
     is missing. Returns the counts; the results are in ``store``. ``farm_resource`` pins the
     measurement tasks to the Ray node(s) offering that custom resource. With ``health_checks`` each board
     runs the golden model before its first job and after a failure (orchestrator/health.py).
+    ``reopen_cancelled`` runs the jobs a `sweep cancel` ended again (tuned builds continue from the
+    records their cancelled tuning stored).
     """
     jobs = plan_jobs(spec)
     tvm_version = tvm_versions()[0]
@@ -489,6 +492,8 @@ def run_sweep(
         tvm_version=tvm_version,
         model_sizes={sha: p.stat().st_size for sha, p in spec.model_paths.items()},
     )
+    if reopen_cancelled:  # `sweep resume` after `sweep cancel`: the cancelled jobs run again
+        store.reopen_cancelled(spec.sweep_id)
     statuses = store.job_statuses(spec.sweep_id)
     todo = [j for j in jobs if statuses.get(j.key) in PENDING_STATUSES]
     outcome = SweepOutcome(sweep_id=spec.sweep_id, new=new, jobs=len(jobs), already_final=len(jobs) - len(todo))

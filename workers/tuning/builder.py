@@ -32,12 +32,13 @@ def compile_candidate(mod_json: str, target_str: str, cross_compiler: str | None
     Raises on a compiler error; the builder turns that into the candidate's error message.
     """
     import tvm
-    import tvm.s_tir.tensor_intrin
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
     from tvm.target import Target
 
     from workers.fence import local_fence
+    from workers.tuning.preload import preload_tensor_intrin
 
+    preload_tensor_intrin()  # registers the intrinsics tensorised schedules use (slow import, made fast)
     with local_fence(fence_host).building():
         mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(tvm.ir.load_json(mod_json))
         lib = tvm.compile(mod, target=Target(target_str))
@@ -65,9 +66,9 @@ def warm_worker() -> float:
     before the first batch, it does not eat into every candidate's build timeout.
     """
     started = time.perf_counter()
-    import tvm
-    import tvm.s_tir.tensor_intrin  # noqa: F401
+    from workers.tuning.preload import preload_tensor_intrin
 
+    preload_tensor_intrin()
     return time.perf_counter() - started
 
 

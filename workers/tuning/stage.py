@@ -70,17 +70,23 @@ def tuning_target(tvm_target: dict[str, Any], settings: TuningSettings) -> Any:
     return Target(spec)
 
 
-def open_database(env: TuningEnv, module_equality: str, target: Any, board_key: str) -> tuple[Any, str]:
+def open_database(
+    env: TuningEnv, module_equality: str, target: Any, board_key: str, model_name: str | None = None
+) -> tuple[Any, str]:
     """The records' MetaSchedule database and its kind for the provenance: "sql", "json" or "memory"."""
     from tvm.s_tir import meta_schedule as ms
 
     kind = env.database.get("kind", "memory")
     if kind == "sql":
-        # The records helper's SQL store (branch tuningdb); one line to switch on when it is merged.
-        from workers.tuning.database import SqlTuningDatabase  # type: ignore[import-not-found]
+        from workers.tuning.database import SqlTuningDatabase
 
         return SqlTuningDatabase(
-            env.database["url"], target=target, board_key=board_key, module_equality=module_equality
+            env.database["url"],
+            target=target,
+            board_key=board_key,
+            module_equality=module_equality,
+            model_name=model_name,
+            source=env.database.get("source"),
         ), "sql"
     if kind == "json":
         path = env.database["path"]
@@ -134,16 +140,18 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
 
     from workers.compile import one_line
     from workers.tuning.builder import RayBuilder
+    from workers.tuning.preload import preload_tensor_intrin
     from workers.tuning.progress import ProgressReporter
     from workers.tuning.runner import FarmRunner, FarmRunnerConfig
 
+    preload_tensor_intrin()  # the first TuneContext imports it; TVMScript's inspect.stack() made that minutes
     settings = job.tuning_settings
     target = tuning_target(job.target.tvm_target, settings)
     front, back = split_pipeline(job.pipeline, target)
     with target:
         fused = front(mod)
     extracted, infos = extract(fused, target, settings.module_equality)
-    db, db_kind = open_database(env, settings.module_equality, target, job.target.board_key)
+    db, db_kind = open_database(env, settings.module_equality, target, job.target.board_key, job.model.name)
     alloc, _basis = allocate(infos, job.tuning, settings.max_trials_per_task, profile_shares(env.profile))
 
     covered = {}
