@@ -106,10 +106,10 @@ def test_tuned_build_is_faster_and_still_right(tuned: dict[str, Any]) -> None:
     assert tuned16["row"]["max_abs_err"] is not None and tuned16["row"]["max_abs_err"] < 1e-4
     a, b = untuned["row"], tuned16["row"]
     samples_a, samples_b = a["samples"], b["samples"]
-    ci = ratio_ci(samples_a, samples_b)
+    ci = ratio_ci(samples_a, samples_b)  # median(tuned) / median(untuned)
     p = mann_whitney_p(samples_a, samples_b)
-    verdict = _verdict("ok", "ok", ci.point, ci.lo, ci.hi, p, 0.05, 0.05)
-    print(f"untuned {a['median_ms']:.2f} ms, tuned {b['median_ms']:.2f} ms, ratio {ci.point:.2f} p {p:.3g}")
+    verdict = _verdict("ok", "ok", ci.value, ci.lo, ci.hi, p, 0.05, 0.05)
+    print(f"untuned {a['median_ms']:.2f} ms, tuned {b['median_ms']:.2f} ms, ratio {ci.value:.2f} p {p:.3g}")
     assert verdict == "improvement", (a["median_ms"], b["median_ms"], ci, p)
 
 
