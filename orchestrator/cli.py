@@ -117,12 +117,32 @@ def sweep_plan(
                 "pipeline": job.pipeline,
                 "built": bool(build and build.ok),
                 "status": statuses.get(job.key, "new"),
+                "tuning": job.tuning,
             }
         )
+        if job.tuning and not rows[-1]["built"]:
+            rows[-1]["tuning_plan"] = _tuning_plan(store, spec, job, version)
     if as_json:
         _print_json({"sweep_id": spec.sweep_id, "jobs": rows})
         return
     report.plan_table(console, spec.sweep_id, rows)
+
+
+def _tuning_plan(store, spec, job, version: str) -> dict:
+    """Tasks, trials and stored coverage of one tuned job (workers' front pipeline runs here: seconds)."""
+    from orchestrator.tuning import plan_tuning, records_database, untuned_profile
+
+    try:
+        return plan_tuning(
+            job,
+            spec.model_paths[job.model.sha256].read_bytes(),
+            records_database(store, _home(), job, version),
+            untuned_profile(store, job),
+        )
+    except Exception as exc:  # the build would fail the same way; the plan says so instead of dying
+        from workers.compile import one_line
+
+        return {"budget": job.tuning, "error": one_line(exc), "tasks": []}
 
 
 @contextmanager
@@ -224,7 +244,12 @@ def _execute(
                         completed=done,
                         detail=f"built {c.get('built', 0)}/{c.get('to_build', 0)} "
                         f"(cached {c.get('cached', 0)}) · measured ok {c.get('ok', 0)} "
-                        f"· failed {c.get('failed', 0)}",
+                        f"· failed {c.get('failed', 0)}"
+                        + (
+                            f" · tuning trials {c['trials_done']}/{c['trials_budget']}"
+                            if c.get("trials_budget")
+                            else ""
+                        ),
                     )
 
                 outcome = run_sweep(spec, store, address, cache, progress=on_progress, farm_resource=farm_resource)

@@ -53,13 +53,20 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     )
 
 
-def build_on_node(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
-    """``build_job`` in a Ray task; the build's host becomes "hostname/ray-node-id" to show where it ran."""
+def build_on_node(
+    job: Job, model_data: bytes, fence_host: str | None = None, tuning_env: Any = None
+) -> tuple[Build, bytes | None]:
+    """``build_job`` in a Ray task; the build's host becomes "hostname/ray-node-id" to show where it ran.
+
+    On the driver's machine the build holds the host fence (workers/fence.py) so that no tuning
+    candidate is timed on a host board meanwhile; ``tuning_env`` is what a tuned job needs from the driver.
+    """
     import ray
 
     from workers.compile import build_job
+    from workers.fence import local_fence
 
-    build, data = build_job(job, model_data)
+    build, data = build_job(job, model_data, fence=local_fence(fence_host), tuning_env=tuning_env)
     node = ray.get_runtime_context().get_node_id()
     return replace(build, host=f"{build.host}/{node}"), data
 
@@ -169,6 +176,16 @@ class _Sweep:
         self.health_checks = health_checks
         self.cancelled = False
         self._cancel_polled = 0.0
+        # Tuned builds time candidates from inside their build task: the fence they and every other build
+        # share is an actor (workers/fence.py); their trials reach the progress bar through another.
+        from workers.fence import create_fence
+        from workers.tuning.progress import create_progress, progress_name
+
+        self.fence_host = create_fence()
+        self.progress_actor = create_progress(self.sweep_id)
+        self.progress_name = progress_name(self.sweep_id)
+        self._tuning_seen: dict[str, tuple[int, int]] = {}
+        self._tuning_polled = 0.0
 
     # --- queues -------------------------------------------------------------------------------
 
@@ -246,7 +263,9 @@ class _Sweep:
             while to_build and builds_running() < self.max_builds and not fenced_measuring() and not fence_waiting:
                 build_key = to_build.pop(0)
                 job = by_build[build_key][0]
-                ref = self.build_fn.remote(job, self.model_refs[job.model.sha256])
+                ref = self.build_fn.remote(
+                    job, self.model_refs[job.model.sha256], self.fence_host, self._tuning_env(job)
+                )
                 in_flight[ref] = ("build", build_key)
             if self._cancel_requested():
                 self._cancel(in_flight, outcome)
@@ -256,6 +275,7 @@ class _Sweep:
             # A bounded wait, so that a cancel request is seen while a long measurement runs.
             done, _ = ray.wait(list(in_flight), num_returns=1, timeout=CANCEL_POLL_S)
             if not done:
+                self._poll_tuning()
                 continue
             kind, item = in_flight.pop(done[0])
             if kind == "build":
@@ -274,6 +294,49 @@ class _Sweep:
                 leader_runs[job.key] = run
                 for other in followers.pop(job.key, []):
                     self._store_equivalent(job, run, other, outcome)
+
+    # --- tuning -------------------------------------------------------------------------------
+
+    def _tuning_env(self, job: Job) -> Any:
+        """What a tuned build needs from the driver (None for an untuned one)."""
+        if not job.tuning:
+            return None
+        from orchestrator.tuning import records_database, untuned_profile
+        from workers.measure import key_boards
+        from workers.tuning.stage import TuningEnv
+
+        key = job.target.board_key
+        try:
+            boards = len(key_boards(tracker_summary(self.tracker), key))
+        except OSError:
+            boards = 1
+        home = self.cache.root.parent
+        return TuningEnv(
+            tracker=self.tracker,
+            database=records_database(self.store, home, job, self.tvm_version),
+            fence_host=self.fence_host if key in self.fenced else None,
+            avoid=frozenset(b for b, state in self.store.board_states().items() if state == "quarantined"),
+            boards=max(1, boards),
+            profile=untuned_profile(self.store, job),
+            progress=self.progress_name,
+        )
+
+    def _poll_tuning(self) -> None:
+        """Trials done / budget of the tuned builds in flight, to the progress callback (about once a second)."""
+        now = time.monotonic()
+        if now - self._tuning_polled < 1.0:
+            return
+        self._tuning_polled = now
+        try:
+            table = self.ray.get(self.progress_actor.snapshot.remote(), timeout=5)
+        except Exception:
+            return
+        if table == self._tuning_seen:
+            return
+        self._tuning_seen = table
+        self.counts["trials_done"] = sum(d for d, _ in table.values())
+        self.counts["trials_budget"] = sum(b for _, b in table.values())
+        self.progress("tuning", dict(self.counts))
 
     # --- faults -------------------------------------------------------------------------------
 

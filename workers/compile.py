@@ -67,12 +67,23 @@ def _pipeline(name: str, target):
     return relax.get_pipeline("default")
 
 
-def build_job(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
+def build_job(job: Job, model_data: bytes, *, fence: Any = None, tuning_env: Any = None) -> tuple[Build, bytes | None]:
     """Compile one job; returns the build record and the exported library's bytes (None on failure).
 
     Never raises for a bad model or a compiler error: those come back as a Build with status
-    "model" or "build".
+    "model" or "build". ``fence`` (a ``workers.fence.Fence``) is held while compiling; a tuned job
+    (``job.tuning`` > 0) tunes on the farm that ``tuning_env`` (a ``workers.tuning.stage.TuningEnv``)
+    describes, letting go of the fence while its candidates are timed.
     """
+    if fence is None:
+        from workers.fence import Fence
+
+        fence = Fence(None)
+    with fence.building() as hold:
+        return _build_job(job, model_data, hold, tuning_env)
+
+
+def _build_job(job: Job, model_data: bytes, hold: Any, tuning_env: Any) -> tuple[Build, bytes | None]:
     if job.executor == "aot-c":  # microcontrollers: standalone C firmware, not a VM executable
         from workers.aot.job import build_aot_job
 
@@ -121,11 +132,17 @@ def build_job(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
 
     trace = pass_trace_instrument()
     started = time.perf_counter()
+    tuning: dict[str, Any] | None = None
     try:
         target = make_target(job.target.tvm_target)
         with tvm.transform.PassContext(opt_level=job.opt_level, instruments=[trace]):
-            with target:
-                lowered = _pipeline(job.pipeline, target)(mod)
+            if job.tuning:
+                from workers.tuning.stage import TuningEnv, tuned_lowering
+
+                lowered, target, tuning = tuned_lowering(job, mod, tuning_env or TuningEnv(tracker=""), hold)
+            else:
+                with target:
+                    lowered = _pipeline(job.pipeline, target)(mod)
             executable = relax.build(lowered, target, relax_pipeline=None, exec_mode=job.executor.removeprefix("vm-"))
         with tempfile.TemporaryDirectory(prefix="tvmbench-build-") as tmp:
             lib_path = Path(tmp) / "program.so"
@@ -138,6 +155,7 @@ def build_job(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
             data = lib_path.read_bytes()
     except Exception as exc:
         error = one_line(exc)
+        tuning = getattr(exc, "tuning", tuning)  # a TuningMiss carries what the search found
         if job.target.cross_compiler and "cannot find crt" in str(exc):
             # The compiler is there but not the target's C library (installed without recommends).
             error = (
@@ -149,6 +167,7 @@ def build_job(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
             error=error,
             pass_trace=tuple(trace.names),
             compile_s=time.perf_counter() - started,
+            tuning=tuning,
             **common,
         ), None
     compile_s = time.perf_counter() - started
@@ -172,5 +191,6 @@ def build_job(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
         artifact_sha256=hashlib.sha256(data).hexdigest(),
         artifact_size=len(data),
         artifact_arch=elf_arch(data),
+        tuning=tuning,
         **common,
     ), data

@@ -95,6 +95,26 @@ class MeasureSettings:
     profile: bool = False  # also time every kernel call on the board (needs the board agent)
 
 
+# MetaSchedule cost models and module-equality rules a sweep may name in its [tuning] table.
+COST_MODELS: tuple[str, ...] = ("xgb", "random", "mlp")
+MODULE_EQUALITIES: tuple[str, ...] = ("structural", "ignore-tensor", "anchor-block")
+
+
+@dataclass(frozen=True)
+class TuningSettings:
+    """How MetaSchedule searches (the ``[tuning]`` table); the budget itself is the ``tuning`` axis."""
+
+    max_trials_per_task: int | None = None  # None: a task may get the whole budget
+    num_trials_per_iter: int = 16  # candidates per search round (MetaSchedule's default is 64)
+    cost_model: str = "xgb"
+    seed: int = 0
+    module_equality: str = "structural"
+    num_cores: int | None = None  # the boards' cores when the target does not say ("num-cores")
+    builder_timeout_s: float = 120.0  # one candidate build on a warm worker
+    runner_timeout_s: float = 60.0  # one candidate's board session: upload, load, timing
+    device_wait_s: float = 60.0  # waiting for a free board, per candidate
+
+
 @dataclass(frozen=True)
 class Job:
     """One point of the sweep matrix: a model on a target in one build configuration."""
@@ -106,6 +126,8 @@ class Job:
     pipeline: str
     measure: MeasureSettings = field(default_factory=MeasureSettings)
     kernels: str = "c"  # only meaningful for the aot-c executor
+    tuning: int = 0  # MetaSchedule trial budget; 0 = untuned (the axis "tuning")
+    tuning_settings: TuningSettings = field(default_factory=TuningSettings)
 
     def build_config(self) -> dict[str, Any]:
         """What determines the compiled program (not how it is measured)."""
@@ -120,6 +142,13 @@ class Job:
         }
         if self.executor == AOT_EXECUTOR:  # other executors keep the keys they always had
             config["kernels"] = self.kernels
+        if self.tuning:  # untuned jobs keep the keys they always had
+            # A tuned program is chosen by timings on the key's boards: the boards are part of it.
+            config["tuning"] = {
+                "budget": self.tuning,
+                "board_key": self.target.board_key,
+                **asdict(self.tuning_settings),
+            }
         return config
 
     @property
