@@ -24,7 +24,7 @@ from tests.conftest import write_sweep
 from workers import model_zoo
 from workers.artifacts import ArtifactCache
 
-BUDGET = 16
+BUDGET = 8
 SWEEP = """
 name = "{name}"
 [[models]]
