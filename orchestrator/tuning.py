@@ -59,7 +59,8 @@ def untuned_profile(store: ResultStore, job: Job) -> dict[str, Any] | None:
 
 
 def stored_records_count(database: dict[str, str], job: Job, mods: list[Any]) -> list[int]:
-    """Successful records already stored for each task module (0 where nothing is stored yet)."""
+    """Trials already stored for each task module (0 where nothing is stored yet; the SQL store counts
+    failed trials too, other databases their successful records)."""
     from workers.tuning.stage import TuningEnv, open_database, tuning_target
 
     if database.get("kind") == "json" and not Path(database["path"]).is_dir():
@@ -69,6 +70,8 @@ def stored_records_count(database: dict[str, str], job: Job, mods: list[Any]) ->
     db, _ = open_database(
         TuningEnv(tracker="", database=database), settings.module_equality, target, job.target.board_key
     )
+    if hasattr(db, "trials_covered"):  # SqlTuningDatabase: one query, every stored trial counted
+        return [c["trials"] for c in db.trials_covered(mods)]
     counts = []
     for mod in mods:
         counts.append(len(db.get_top_k(db.commit_workload(mod), 1_000_000)) if db.has_workload(mod) else 0)

@@ -33,6 +33,10 @@ def compile_candidate(mod_json: str, target_str: str, cross_compiler: str | None
     """
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    from workers.tuning.preload import preload_tensor_intrin
+
+    preload_tensor_intrin()
     from tvm.target import Target
 
     from workers.fence import local_fence
@@ -66,9 +70,11 @@ def warm_worker() -> float:
     before the first batch, it does not eat into every candidate's build timeout.
     """
     started = time.perf_counter()
+    import tvm  # noqa: F401
+
     from workers.tuning.preload import preload_tensor_intrin
 
-    preload_tensor_intrin()
+    preload_tensor_intrin()  # without it TVMScript's inspect.stack() made this minutes in a Ray worker
     return time.perf_counter() - started
 
 

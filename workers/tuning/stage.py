@@ -71,23 +71,33 @@ def tuning_target(tvm_target: dict[str, Any], settings: TuningSettings) -> Any:
 
 
 def open_database(
-    env: TuningEnv, module_equality: str, target: Any, board_key: str, model_name: str | None = None
+    env: TuningEnv,
+    module_equality: str,
+    target: Any,
+    board_key: str,
+    *,
+    model_name: str | None = None,
+    source: str | None = None,
 ) -> tuple[Any, str]:
-    """The records' MetaSchedule database and its kind for the provenance: "sql", "json" or "memory"."""
+    """The records' MetaSchedule database and its kind for the provenance: "sql", "json" or "memory".
+
+    ``model_name`` and ``source`` label what the SQL store keeps (`tuning export --model`, provenance).
+    """
     from tvm.s_tir import meta_schedule as ms
 
     kind = env.database.get("kind", "memory")
     if kind == "sql":
         from workers.tuning.database import SqlTuningDatabase
 
-        return SqlTuningDatabase(
+        db = SqlTuningDatabase(
             env.database["url"],
             target=target,
             board_key=board_key,
             module_equality=module_equality,
             model_name=model_name,
-            source=env.database.get("source"),
-        ), "sql"
+            source=source,
+        )
+        return db, "sql"
     if kind == "json":
         path = env.database["path"]
         os.makedirs(path, exist_ok=True)
@@ -108,7 +118,15 @@ def _progress_callback(on_batch: Any) -> Any:
 
 
 def _best_us(db: Any, mod: Any) -> tuple[float | None, int]:
-    """(best mean latency in µs, number of successful records) of a task's workload in ``db``."""
+    """(best mean latency in µs, trials stored) of a task's workload in ``db``.
+
+    The SQL store counts every stored trial, failed ones too (they were spent: the same sweep again
+    spends nothing), in one query; other databases count their successful records.
+    """
+    if hasattr(db, "trials_covered"):  # SqlTuningDatabase: no record is rebuilt to be counted
+        (covered,) = db.trials_covered([mod])
+        best = covered["best_s"]
+        return (None if best is None else best * 1e6), covered["trials"]
     if not db.has_workload(mod):
         return None, 0
     workload = db.commit_workload(mod)
@@ -151,7 +169,14 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     with target:
         fused = front(mod)
     extracted, infos = extract(fused, target, settings.module_equality)
-    db, db_kind = open_database(env, settings.module_equality, target, job.target.board_key, job.model.name)
+    db, db_kind = open_database(
+        env,
+        settings.module_equality,
+        target,
+        job.target.board_key,
+        model_name=job.model.name,
+        source=f"build {job.build_key(tvm.__version__)[:16]}",
+    )
     alloc, _basis = allocate(infos, job.tuning, settings.max_trials_per_task, profile_shares(env.profile))
 
     covered = {}
@@ -190,6 +215,7 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
             avoid=env.avoid,
             stats=stats,
         )
+        preload_tensor_intrin()  # the first TuneContext imports it: minutes in a loaded process otherwise
         pause = build_hold.paused() if build_hold is not None else contextlib.nullcontext()
         with pause, _work_dir() as work_dir:
             contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
