@@ -1,4 +1,8 @@
-"""ResultStore: every write and query of the results database, over any SQLAlchemy URL.
+"""ResultStore: every write of the results database, over any SQLAlchemy URL.
+
+Reads live elsewhere: the ones that answer people (result rows, one job in full, sweeps, boards and all
+the analytics) in answers/query.py; here only the few the control plane acts on while it writes (job
+statuses, a cached build, board states, the cancel flag, the next attempt number, a sweep by id).
 
 SQLite (the default) runs in WAL mode with synchronous=FULL and a busy timeout, so a result that was
 acknowledged survives a crash of the orchestrator. Writes are idempotent: submitting the same sweep
@@ -25,11 +29,11 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from core import records
+from core.health import next_state
 from db import models as m
-from workers import records
 
 T = TypeVar("T")
-QUARANTINE_AFTER = 3  # infra/timeout failures in a row before a board is quarantined (see orchestrator/health.py)
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
@@ -116,7 +120,7 @@ def upgrade(engine: Engine) -> None:
 
 
 class ResultStore:
-    """Writes and queries of one results database."""
+    """Writes to one results database (and the reads the control plane acts on)."""
 
     def __init__(self, url: str | None = None, *, migrate: bool = True) -> None:
         self.url = url or default_url()
@@ -127,6 +131,12 @@ class ResultStore:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A session for reads (answers/query.py); nothing written in it is committed."""
+        with self._sessions() as session:
+            yield session
 
     # --- plumbing -------------------------------------------------------------------------------
 
@@ -245,10 +255,6 @@ class ResultStore:
                 sweep = s.scalars(select(m.Sweep).where(m.Sweep.id.startswith(sweep_id))).first()
             return sweep
 
-    def list_sweeps(self) -> list[m.Sweep]:
-        with self._sessions() as s:
-            return list(s.scalars(select(m.Sweep).order_by(m.Sweep.created_at.desc())))
-
     # --- builds ---------------------------------------------------------------------------------
 
     def get_build(self, build_key: str) -> records.Build | None:
@@ -273,6 +279,16 @@ class ResultStore:
                 memory=row.memory,
                 tuning=row.tuning,
             )
+
+    def built_keys(self, build_keys: set[str]) -> set[str]:
+        """Which of ``build_keys`` have an ok build row (one query per 500 keys)."""
+        keys, found = sorted(build_keys), set()
+        with self._sessions() as s:
+            for i in range(0, len(keys), 500):
+                chunk = keys[i : i + 500]
+                stmt = select(m.Build.build_key).where(m.Build.build_key.in_(chunk), m.Build.status == "ok")
+                found.update(s.scalars(stmt))
+        return found
 
     def save_build(self, job: records.Job, build: records.Build) -> None:
         """Insert or replace the build row of ``build.build_key`` (a failed build may succeed later)."""
@@ -395,18 +411,10 @@ class ResultStore:
         board.emulated = bool(facts.get("emulated", run.emulated))
         board.facts = facts or board.facts
         board.last_seen = _now()
-        if run.health == "ok":  # the golden model ran correctly just before this attempt
-            board.consecutive_failures = 0
-            if board.state == "suspect":
-                board.state = "ok"
-        if run.status in ("ok", "wrong-result"):
-            board.consecutive_failures = 0
-            if board.state == "suspect":
-                board.state = "ok"
-        elif run.status in ("infra", "timeout"):
-            board.consecutive_failures = (board.consecutive_failures or 0) + 1
-            if board.state != "quarantined":
-                board.state = "quarantined" if board.consecutive_failures >= QUARANTINE_AFTER else "suspect"
+        # The health rule (core/health.py): the golden model or a correct run clears the count, faults add up.
+        board.state, board.consecutive_failures = next_state(
+            board.state, board.consecutive_failures or 0, run.status, run.health
+        )
         s.flush()
 
     def board_states(self) -> dict[str, str]:
@@ -481,104 +489,6 @@ class ResultStore:
             job = self._job_row(s, sweep_id, job_key)
             top = s.scalar(select(func.max(m.Run.attempt)).where(m.Run.job_id == job.id))
             return (top or 0) + 1
-
-    # --- queries --------------------------------------------------------------------------------
-
-    def results(self, sweep_id: str | None = None) -> list[dict[str, Any]]:
-        """One flat row per job (its final run's figures joined in), newest sweep first."""
-        stmt = (
-            select(m.Job, m.Run, m.Build, m.Sweep.created_at)
-            .join(m.Sweep, m.Sweep.id == m.Job.sweep_id)
-            .outerjoin(m.Run, m.Run.id == m.Job.final_run_id)
-            .outerjoin(m.Build, m.Build.build_key == m.Job.build_key)
-            .order_by(m.Sweep.created_at.desc(), m.Job.id)
-        )
-        if sweep_id:
-            stmt = stmt.where(m.Job.sweep_id.startswith(sweep_id))
-        with self._sessions() as s:
-            return [_result_row(job, run, build) for job, run, build, _ in s.execute(stmt)]
-
-    def job_detail(self, job_ref: str, sweep_id: str | None = None) -> dict[str, Any] | None:
-        """Everything about one job (key prefix), from the newest sweep that has it unless ``sweep_id``."""
-        stmt = (
-            select(m.Job)
-            .join(m.Sweep, m.Sweep.id == m.Job.sweep_id)
-            .where(m.Job.job_key.startswith(job_ref))
-            .order_by(m.Sweep.created_at.desc())
-        )
-        if sweep_id:
-            stmt = stmt.where(m.Job.sweep_id.startswith(sweep_id))
-        with self._sessions() as s:
-            job = s.scalars(stmt).first()
-            if job is None:
-                return None
-            build = s.get(m.Build, job.build_key)
-            runs = list(s.scalars(select(m.Run).where(m.Run.job_id == job.id).order_by(m.Run.attempt)))
-            final = next((r for r in runs if r.id == job.final_run_id), None)
-            detail = _result_row(job, final, build)
-            detail["config"] = job.config
-            detail["error"] = job.error
-            detail["build"] = (
-                None
-                if build is None
-                else {
-                    "status": build.status,
-                    "error": build.error,
-                    "fingerprint": build.fingerprint,
-                    "pass_count": build.pass_count,
-                    "pass_trace": build.pass_trace,
-                    "kernel_count": build.kernel_count,
-                    "compile_s": build.compile_s,
-                    "artifact_sha256": build.artifact_sha256,
-                    "artifact_size": build.artifact_size,
-                    "artifact_arch": build.artifact_arch,
-                    "tvm_version": build.tvm_version,
-                    "ffi_version": build.ffi_version,
-                    "host": build.host,
-                    "memory": build.memory,
-                    "tuning": build.tuning,
-                }
-            )
-            detail["runs"] = [
-                {
-                    "attempt": r.attempt,
-                    "board": r.board_id,
-                    "status": r.status,
-                    "error": r.error,
-                    "unit": r.unit,
-                    "samples": r.samples,
-                    "median": r.median,
-                    "mean": r.mean,
-                    "std": r.std,
-                    "min": r.min,
-                    "max": r.max,
-                    "max_abs_err": r.max_abs_err,
-                    "max_rel_err": r.max_rel_err,
-                    "emulated": r.emulated,
-                    "load_avg_1m": r.load_avg_1m,
-                    "builds_in_flight": r.builds_in_flight,
-                    "equivalent_to": r.equivalent_to,
-                    "kernel_profile": r.kernel_profile,
-                    "started_at": r.started_at.isoformat() if r.started_at else None,
-                    "finished_at": r.finished_at.isoformat() if r.finished_at else None,
-                }
-                for r in runs
-            ]
-            if build is not None and build.fingerprint:
-                same = s.execute(
-                    select(m.Job.job_key, m.Job.opt_level, m.Job.pipeline, m.Job.executor)
-                    .join(m.Build, m.Build.build_key == m.Job.build_key)
-                    .where(
-                        m.Job.sweep_id == job.sweep_id,
-                        m.Build.fingerprint == build.fingerprint,
-                        m.Job.board_key == job.board_key,
-                        m.Job.id != job.id,
-                    )
-                )
-                detail["same_program_as"] = [
-                    {"job_key": k, "opt_level": o, "pipeline": p, "executor": e} for k, o, p, e in same
-                ]
-            return detail
 
     # --- MetaSchedule tuning records (workers/tuning/database.py is the MetaSchedule side) --------
 
@@ -764,44 +674,6 @@ class ResultStore:
             }
             for tk, bk, tv, eq, nw, nr in rows
         ]
-
-    def boards(self) -> list[m.Board]:
-        with self._sessions() as s:
-            return list(s.scalars(select(m.Board).order_by(m.Board.key, m.Board.id)))
-
-
-def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None) -> dict[str, Any]:
-    return {
-        "sweep_id": job.sweep_id,
-        "job_key": job.job_key,
-        "model": job.model_name,
-        "target": job.target_name,
-        "board_key": job.board_key,
-        "board": run.board_id if run else None,
-        "executor": job.executor,
-        "kernels_path": job.config.get("kernels"),  # aot-c: "c" or "llvm" kernel code generation
-        "opt_level": job.opt_level,
-        "pipeline": job.pipeline,
-        "status": job.status,
-        "unit": run.unit if run else "ms",
-        "median_ms": run.median if run and run.unit == "ms" else None,
-        "std_ms": run.std if run and run.unit == "ms" else None,
-        "samples": run.samples if run else [],
-        "median": run.median if run else None,  # in `unit` (ms, or emulated instructions)
-        "flash_bytes": build.flash_bytes if build else None,
-        "ram_bytes": build.ram_bytes if build else None,
-        "max_abs_err": run.max_abs_err if run else None,
-        "emulated": bool(run.emulated) if run else bool(job.config.get("emulated")),
-        "equivalent_to": job.equivalent_to,
-        "fingerprint": build.fingerprint if build else None,
-        "compile_s": build.compile_s if build else None,
-        "kernel_count": build.kernel_count if build else None,
-        "pass_count": build.pass_count if build else None,
-        "tuning_budget": build.tuning_budget if build else None,
-        "tuning_trials": build.tuning_trials if build else None,
-        "tuning_s": build.tuning_s if build else None,
-        "error": job.error,
-    }
 
 
 def tuning_columns(tuning: dict[str, Any] | None) -> dict[str, Any]:

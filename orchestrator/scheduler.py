@@ -15,19 +15,25 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from core.errors import one_line
+from core.health import GoldenModel
+from core.records import PENDING_STATUSES, Build, Job, Run, canonical_hash
 from db.store import ResultStore
+from orchestrator import farm, health
 from orchestrator.plan import plan_jobs
 from orchestrator.spec import SweepSpec
+from workers.aot.boards import is_mcu_target
 from workers.artifacts import ArtifactCache
-from workers.compile import one_line, tvm_versions
-from workers.measure import tracker_summary
+from workers.build_common import tvm_versions
+from workers.executors.registry import build_job, measure_job
 from workers.onnx_model import seeded_inputs
-from workers.records import EXECUTORS, PENDING_STATUSES, Build, Job, Run, canonical_hash
 from workers.reference import reference_outputs
+from workers.tracker_client import tracker_summary
 
 CANCEL_POLL_S = 0.5  # how often a running sweep looks at its cancel flag
 MAX_ATTEMPTS = 2  # an `infra` failure (board died) is retried once, on another board if the key has one
@@ -63,7 +69,6 @@ def build_on_node(
     """
     import ray
 
-    from workers.compile import build_job
     from workers.fence import local_fence
 
     build, data = build_job(job, model_data, fence=local_fence(fence_host), tuning_env=tuning_env)
@@ -85,8 +90,6 @@ def check_farm_resource(name: str) -> None:
 def _remote_functions(farm_resource: str | None = None) -> tuple[Any, Any]:
     import ray
 
-    from workers.measure import measure_job
-
     # A worker that dies mid-build is re-run by Ray (the build is a pure function of its inputs).
     # Builds take one CPU each, so Ray spreads them over every node of a cluster.
     build = ray.remote(num_cpus=1, max_retries=2)(build_on_node)
@@ -100,8 +103,6 @@ def _remote_functions(farm_resource: str | None = None) -> tuple[Any, Any]:
 
 def _counts_instructions(target: Any) -> bool:
     """Targets measured in emulated instructions (aot-c on an emulated microcontroller), not in time."""
-    from workers.aot.boards import is_mcu_target
-
     return bool(target.emulated) and is_mcu_target(target.tvm_target)
 
 
@@ -120,6 +121,18 @@ class SweepOutcome:
     @property
     def complete(self) -> bool:
         return not any(s in PENDING_STATUSES for s in self.statuses)
+
+    def summary(self) -> dict[str, Any]:
+        """The counts as plain JSON (`sweep run --json`)."""
+        return {
+            "jobs": self.jobs,
+            "built": self.built,
+            "cached": self.cached,
+            "measured": self.measured,
+            "equivalent": self.equivalent,
+            "already_final": self.already_final,
+            "statuses": dict(self.statuses),
+        }
 
 
 ProgressFn = Callable[[str, dict[str, int]], None]
@@ -172,7 +185,11 @@ class _Sweep:
         self.checked_boards: set[str] = set()
         self.failed_on: dict[str, set[str]] = defaultdict(set)
         self.unregistered_keys: set[str] = set()
-        self.goldens: dict[tuple[str, str], Any] = {}
+        # Golden model per (target name, executor): the model, None (no health check possible), or absent
+        # while its build task runs (a measurement that needs it waits).
+        self.goldens: dict[tuple[str, str], GoldenModel | None] = {}
+        self.golden_model_ref: Any = None
+        self.golden_jobs: dict[tuple[str, str], tuple[tuple[str, str], Job] | None] = {}
         self.health_checks = health_checks
         self.cancelled = False
         self._cancel_polled = 0.0
@@ -215,7 +232,8 @@ class _Sweep:
         leaders: dict[str, Job] = {}  # equivalence key -> leader job
         followers: dict[str, list[Job]] = defaultdict(list)  # leader job key -> jobs with the same program
         leader_runs: dict[str, Run] = {}  # leader job key -> its final run, for followers built later
-        in_flight: dict[Any, tuple[str, Any]] = {}  # object ref -> ("build", build_key) | ("measure", (job, n))
+        # object ref -> ("build", build_key) | ("golden", (golden key, golden job)) | ("measure", (job, n))
+        in_flight: dict[Any, tuple[str, Any]] = {}
 
         def enqueue(build_key: str) -> None:
             build = self.builds[build_key]
@@ -239,7 +257,7 @@ class _Sweep:
             enqueue(build_key)
 
         def builds_running() -> int:
-            return sum(1 for kind, _ in in_flight.values() if kind == "build")
+            return sum(1 for kind, _ in in_flight.values() if kind in ("build", "golden"))
 
         def fenced_measuring() -> bool:
             return any(
@@ -250,6 +268,8 @@ class _Sweep:
             # Measurements first: a fenced board waits until the builds on this machine drain.
             for entry in list(measure_queue):
                 job, attempt = entry
+                if not self._golden_ready(job, in_flight, fenced_measuring()):
+                    continue  # its boards' golden model is being built (a Ray task like any build)
                 key = job.target.board_key
                 busy_key = any(
                     kind == "measure" and item[0].target.board_key == key for kind, item in in_flight.values()
@@ -278,7 +298,9 @@ class _Sweep:
                 self._poll_tuning()
                 continue
             kind, item = in_flight.pop(done[0])
-            if kind == "build":
+            if kind == "golden":
+                self._finish_golden(*item, done[0])
+            elif kind == "build":
                 self._finish_build(item, by_build[item][0], done[0], outcome)
                 enqueue(item)
             else:
@@ -302,7 +324,7 @@ class _Sweep:
         if not job.tuning:
             return None
         from orchestrator.tuning import records_database, untuned_profile
-        from workers.measure import key_boards
+        from workers.tracker_client import key_boards
         from workers.tuning.stage import TuningEnv
 
         key = job.target.board_key
@@ -376,16 +398,54 @@ class _Sweep:
             self.checked_boards.discard(run.board_id)
             self.failed_on[job.key].add(run.board_id)
 
-    def _golden(self, job: Job) -> Any:
-        # The golden model runs through the Relax VM: boards of other runners are not health-checked.
-        if not self.health_checks or job.executor not in EXECUTORS:
+    def _golden_key(self, job: Job) -> tuple[tuple[str, str], Job] | None:
+        """(goldens key, golden job) of the job's boards, or None when they get no health check."""
+        if not self.health_checks:
             return None
         key = (job.target.name, job.executor)
-        if key not in self.goldens:
-            from orchestrator.health import build_golden
+        if key not in self.golden_jobs:
+            golden = health.golden_job(job)
+            self.golden_jobs[key] = None if golden is None else ((job.target.name, golden.executor), golden)
+        return self.golden_jobs[key]
 
-            self.goldens[key] = build_golden(job, self.cache)
-        return self.goldens[key]
+    def _golden_ready(self, job: Job, in_flight: dict[Any, tuple[str, Any]], fenced_measuring: bool) -> bool:
+        """Whether the job's golden model is known (built, cached, or impossible); else start its build.
+
+        The build is a Ray task counted with the builds (the fence applies), submitted even while a
+        fenced measurement waits for builds to drain: that measurement may be the one needing it.
+        """
+        found = self._golden_key(job)
+        if found is None or found[0] in self.goldens:
+            return True
+        key, golden = found
+        if any(kind == "golden" and item[0] == key for kind, item in in_flight.values()):
+            return False
+        cached = health.cached_golden(golden, self.cache, self.tvm_version)
+        if cached is not None:
+            self.goldens[key] = cached
+            return True
+        if fenced_measuring:
+            return False  # no build starts while a board on this machine is timed
+        if self.golden_model_ref is None:
+            self.golden_model_ref = self.ray.put(health.golden_model_data())
+        in_flight[self.build_fn.remote(golden, self.golden_model_ref)] = ("golden", (key, golden))
+        return False
+
+    def _finish_golden(self, key: tuple[str, str], golden: Job, ref: Any) -> None:
+        """A golden build ended: keep its artifact, or record that the target gets no health checks."""
+        try:
+            build, data = self.ray.get(ref)
+        except Exception:
+            build, data = None, None
+        if build is None or not build.ok or data is None:
+            # A target the golden model cannot be built for gets no health checks rather than no measurements.
+            self.goldens[key] = None
+            return
+        self.goldens[key] = health.remember_golden(golden, self.cache, self.tvm_version, data)
+
+    def _golden(self, job: Job) -> GoldenModel | None:
+        found = self._golden_key(job)
+        return None if found is None else self.goldens.get(found[0])
 
     # --- steps --------------------------------------------------------------------------------
 
@@ -509,3 +569,39 @@ def run_sweep(
     if not sweep.cancelled:
         store.finish_sweep(spec.sweep_id, "complete" if outcome.complete else "incomplete")
     return outcome
+
+
+def execute_sweep(
+    spec: SweepSpec,
+    store: ResultStore,
+    home: Path,
+    *,
+    tracker: str | None = None,
+    ray_address: str | None = None,
+    boards: int = 1,
+    farm_resource: str | None = None,
+    progress: ProgressFn | None = None,
+    note: farm.Note = lambda _msg: None,
+    reopen_cancelled: bool = False,
+) -> SweepOutcome:
+    """`sweep run` / `sweep resume`: the farm (given, configured or ephemeral), Ray, then ``run_sweep``.
+
+    FarmError when the farm cannot be started or ``farm_resource`` is offered by no Ray node.
+    """
+    cache = ArtifactCache(home / "artifacts")
+    with farm.farm_for_run(home, tracker, boards, {t.board_key for t in spec.targets}, note) as address:
+        ensure_ray(ray_address)
+        if farm_resource:
+            try:
+                check_farm_resource(farm_resource)
+            except ValueError as exc:
+                raise farm.FarmError(str(exc)) from None
+        return run_sweep(
+            spec,
+            store,
+            address,
+            cache,
+            progress=progress,
+            farm_resource=farm_resource,
+            reopen_cancelled=reopen_cancelled,
+        )

@@ -38,12 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from workers.onnx_model import MAX_TENSOR_BYTES, LoadedModel, ModelError, bundled_path, load_model
-from workers.records import (
-    AOT_EXECUTOR,
+from core.records import (
     COST_MODELS,
-    EXECUTORS,
-    KERNEL_PATHS,
     MODULE_EQUALITIES,
     PIPELINES,
     MeasureSettings,
@@ -52,6 +48,10 @@ from workers.records import (
     TuningSettings,
     canonical_hash,
 )
+from workers.aot.boards import BOARDS, is_mcu_target
+from workers.executors import registry
+from workers.executors.registry import KERNEL_PATHS
+from workers.onnx_model import MAX_TENSOR_BYTES, LoadedModel, ModelError, bundled_path, load_model
 from workers.targets import PRESETS, resolve_target
 
 
@@ -72,7 +72,7 @@ class SweepSpec:
     model_paths: dict[str, Path]  # sha256 -> file, for the builds
     source: str  # the TOML text, kept with the sweep so it can be resumed
     source_path: str
-    kernels: tuple[str, ...] = ("c",)  # aot-c only: "c" and/or "llvm" kernel code generation
+    kernels: tuple[str, ...] = ("c",)  # executors with a kernels axis (aot-c): "c" and/or "llvm" codegen
     tunings: tuple[int, ...] = (0,)  # MetaSchedule trial budgets; 0 = untuned
     tuning: TuningSettings = field(default_factory=TuningSettings)
 
@@ -88,8 +88,8 @@ class SweepSpec:
                 "pipelines": self.pipelines,
                 "measure": self.measure.__dict__,
                 "label": self.label,
-                # Only sweeps with the aot-c executor carry the kernels axis (older sweep ids stay the same).
-                **({"kernels": self.kernels} if AOT_EXECUTOR in self.executors else {}),
+                # Only sweeps with an executor that takes the kernels axis carry it (older sweep ids stay the same).
+                **({"kernels": self.kernels} if any(registry.get(e).kernel_paths for e in self.executors) else {}),
                 # Likewise only tuned sweeps carry the tuning axis and settings.
                 **({"tunings": self.tunings, "tuning": self.tuning.__dict__} if any(self.tunings) else {}),
             }
@@ -321,8 +321,8 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
     executors = _axis(
         "axes.executor",
         axes.get("executor", _AXES_DEFAULTS["executor"]),
-        lambda v: v in EXECUTORS,
-        " or ".join(f'"{e}"' for e in EXECUTORS),
+        lambda v: v in registry.NAMES,
+        " or ".join(f'"{e}"' for e in registry.NAMES),
     )
     opt_levels = _axis(
         "axes.opt_level",
@@ -377,7 +377,7 @@ def _check_tunable(targets: tuple[TargetSpec, ...], executors: tuple[str, ...]) 
     """Tuning (MetaSchedule on the farm) applies to the Relax VM executors on llvm targets."""
     from workers.targets import target_kind
 
-    if not any(e.startswith("vm-") for e in executors):
+    if not any(registry.get(e).tunable for e in executors):
         raise SpecError('axes.tuning: tuning needs a Relax VM executor; add "vm-bytecode" to axes.executor')
     tunable = [t for t in targets if target_kind(t.tvm_target) == "llvm"]
     if not tunable:
@@ -388,20 +388,23 @@ def _check_tunable(targets: tuple[TargetSpec, ...], executors: tuple[str, ...]) 
 
 
 def _check_mcu_pairing(targets: tuple[TargetSpec, ...], executors: tuple[str, ...]) -> None:
-    """Microcontroller targets run only aot-c and aot-c runs only on them; each side needs a partner."""
-    from workers.aot.boards import BOARDS, is_mcu_target
-
-    mcu = [t.name for t in targets if is_mcu_target(t.tvm_target)]
-    if AOT_EXECUTOR in executors and not mcu:
-        raise SpecError(
-            f'axes.executor: "{AOT_EXECUTOR}" needs a microcontroller target; add [[targets]] preset = '
-            f'"{next(iter(BOARDS))}" (presets: {", ".join(BOARDS)})'
-        )
-    if mcu and AOT_EXECUTOR not in executors:
-        raise SpecError(f'targets: {mcu[0]} is a microcontroller: add "{AOT_EXECUTOR}" to axes.executor')
-    if len(mcu) < len(targets) and set(executors) == {AOT_EXECUTOR}:
-        other = next(t.name for t in targets if not is_mcu_target(t.tvm_target))
-        raise SpecError(f'targets: {other} is not a microcontroller; add a Relax VM executor such as "vm-bytecode"')
+    """Each target needs an executor of the sweep that builds for it (microcontrollers take only aot-c,
+    the other targets never take it), and a microcontroller-only executor needs a microcontroller."""
+    sample_mcu = PRESETS[next(iter(BOARDS))]
+    for e in executors:
+        if registry.accepts(e, sample_mcu) and not any(registry.accepts(e, t) for t in targets):
+            raise SpecError(
+                f'axes.executor: "{e}" needs a microcontroller target; add [[targets]] preset = '
+                f'"{next(iter(BOARDS))}" (presets: {", ".join(BOARDS)})'
+            )
+        # A VM executor beside aot-c on microcontrollers only plans no jobs of its own: allowed.
+    for t in targets:
+        if any(registry.accepts(e, t) for e in executors):
+            continue
+        fitting = next(n for n in registry.NAMES if registry.accepts(n, t))
+        if is_mcu_target(t.tvm_target):
+            raise SpecError(f'targets: {t.name} is a microcontroller: add "{fitting}" to axes.executor')
+        raise SpecError(f'targets: {t.name} is not a microcontroller; add a Relax VM executor such as "{fitting}"')
 
 
 def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:
@@ -416,4 +419,20 @@ def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:
     spec = parse_spec(text, base=path.resolve().parent, source_path=str(path))
     if label is not None:
         spec = SweepSpec(**{**spec.__dict__, "label": label})
+    return spec
+
+
+def stored_spec(sweep: Any) -> SweepSpec:
+    """The spec of a stored sweep (its row: source, source_path, label, id), to resume it.
+
+    SpecError when the file can no longer be loaded or its models changed on disk since it ran.
+    """
+    try:
+        spec = parse_spec(sweep.source, base=Path(sweep.source_path).resolve().parent, source_path=sweep.source_path)
+    except SpecError as exc:
+        raise SpecError(f"sweep {sweep.id} can no longer be loaded: {exc}") from None
+    if sweep.label:
+        spec = SweepSpec(**{**spec.__dict__, "label": sweep.label})
+    if spec.sweep_id != sweep.id:
+        raise SpecError(f"the models of sweep {sweep.id} changed on disk since it ran; run the file as a new sweep")
     return spec

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from core.errors import one_line
+from core.records import FINAL_STATUSES, PENDING_STATUSES
+from orchestrator.farm import FarmError, wait_until
 from orchestrator.spec import SpecError, load_spec
-from workers.records import FINAL_STATUSES, PENDING_STATUSES
 
 SUBMISSION_PREFIX = "tvmbench-"
 METADATA_KEY = "tvmbench_sweep"
@@ -84,15 +86,10 @@ def _client(ray_address: str) -> Any:
         return JobSubmissionClient(ray_address)
     except Exception as exc:
         raise SubmitError(
-            f"cannot reach the Ray dashboard at {ray_address} ({_first_line(exc)}); give "
+            f"cannot reach the Ray dashboard at {ray_address} ({one_line(exc)}); give "
             "--ray-address http://HEAD:8265 and, if the cluster uses token auth, its token in ~/.ray/auth_token "
             "or RAY_AUTH_TOKEN"
         ) from None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 
 
 def _submissions(client: Any, sweep_ref: str) -> list[Any]:
@@ -190,7 +187,7 @@ def _submit_with_retry(client: Any, job: dict[str, Any], ray_address: str, agent
             if "No available agent" in str(exc) and time.monotonic() < deadline:
                 time.sleep(1.0)
                 continue
-            raise SubmitError(f"the Ray cluster at {ray_address} refused the job: {_first_line(exc)}") from None
+            raise SubmitError(f"the Ray cluster at {ray_address} refused the job: {one_line(exc)}") from None
 
 
 def sweep_status(sweep_ref: str, *, store: Any | None, ray_address: str | None) -> dict[str, Any]:
@@ -257,8 +254,6 @@ def cancel_sweep(
 ) -> dict[str, Any]:
     """Stop the sweep's Ray job; mark the sweep cancelled in the database (its unfinished jobs stay
     pending, so submitting the same sweep again finishes them)."""
-    from orchestrator.farm import FarmError, wait_until
-
     client = _client(ray_address)
     job = _submission_or_fail(client, sweep_ref)
     stopped = client.stop_job(job.submission_id)  # False when the job had already ended
@@ -276,3 +271,30 @@ def cancel_sweep(
     if stopped and sweep is not None:
         store.finish_sweep(sweep.id, "cancelled")
     return {"sweep_id": sweep_id, "submission_id": job.submission_id, "stopped": bool(stopped)}
+
+
+CANCEL_REASON = "cancelled by `tvmbench sweep cancel`"
+
+
+def cancel_local(store: Any, sweep_ref: str, *, wait_s: float = 30.0, poll_s: float = 0.2) -> dict[str, Any]:
+    """Cancel a sweep run by a driver of this database (not a Ray job): flag it, let the driver stop.
+
+    A running driver sees the flag within half a second, kills its measurements (freeing the boards) and
+    marks every job without a result ``cancelled``; a driver that was killed never answers, so after
+    ``wait_s`` the jobs are marked here. Returns {"sweep_id", "before", "cancelled", "kept"}; ``before``
+    "complete"/"cancelled" means there was nothing to cancel.
+    """
+    sweep = store.get_sweep(sweep_ref)
+    if sweep is None:
+        raise SubmitError(f"no sweep {sweep_ref!r} in {store.url}; `tvmbench results sweeps` lists them")
+    before = store.request_cancel(sweep.id)
+    if before not in ("complete", "cancelled"):
+        if before in ("running", "cancelling"):
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and store.sweep_status(sweep.id) == "cancelling":
+                time.sleep(poll_s)
+        if store.sweep_status(sweep.id) != "cancelled":  # no driver (or a dead one): mark the rest here
+            store.cancel_pending_jobs(sweep.id, CANCEL_REASON)
+    statuses = store.job_statuses(sweep.id)
+    done = sum(1 for s in statuses.values() if s == "cancelled")
+    return {"sweep_id": sweep.id, "before": before, "cancelled": done, "kept": len(statuses) - done}

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from answers import query as reads
 from orchestrator.farm import LocalFarm, free_port, stop_pid
 from orchestrator.scheduler import run_sweep
 from orchestrator.spec import SpecError, load_spec, parse_spec
 from tests.conftest import write_sweep
 from workers.artifacts import ArtifactCache
-from workers.measure import registered_keys, tracker_summary
+from workers.tracker_client import registered_keys, tracker_summary
 
 
 @pytest.fixture
@@ -77,10 +78,10 @@ def test_profile_and_onnxruntime_baseline_on_agent_and_stock_server(
     spec = load_spec(write_sweep(tmp_path, SWEEP.format(models=models_dir)))
     assert spec.measure.profile is True
     outcome = run_sweep(spec, store, local_farm.tracker, ArtifactCache(home / "artifacts"))
-    assert dict(outcome.statuses) == {"ok": 5, "build": 1}, store.results(spec.sweep_id)
+    assert dict(outcome.statuses) == {"ok": 5, "build": 1}, reads.results(store, spec.sweep_id)
     runs, rows = {}, {}
-    for row in store.results(spec.sweep_id):
-        detail = store.job_detail(row["job_key"], spec.sweep_id)
+    for row in reads.results(store, spec.sweep_id):
+        detail = reads.job_detail(store, row["job_key"], spec.sweep_id)
         runs[(row["target"], row["executor"])] = (detail["runs"][-1]["kernel_profile"], detail["build"])
         rows[(row["target"], row["executor"])] = row
 

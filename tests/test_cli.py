@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 from orchestrator.farm import LocalFarm
 from tests.conftest import write_sweep
-from workers.measure import registered_keys, tracker_summary
+from workers.tracker_client import registered_keys, tracker_summary
 
 runner = CliRunner()
 

@@ -15,6 +15,7 @@ import onnx
 import pytest
 from sqlalchemy import select
 
+from answers import query
 from db import models as m
 from db.store import ResultStore
 from orchestrator.farm import LocalFarm, is_provisioned
@@ -50,7 +51,7 @@ def test_emulated_aarch64_board_tunes_a_tiny_model(tmp_path: Path, ray_local: No
     try:
         spec = load_spec(sweep)
         outcome = run_sweep(spec, store, farm.tracker, ArtifactCache(tmp_path / "artifacts"), health_checks=False)
-        assert dict(outcome.statuses) == {"ok": 1}, store.results(spec.sweep_id)
+        assert dict(outcome.statuses) == {"ok": 1}, query.results(store, spec.sweep_id)
         with store._sessions() as s:
             build = s.scalars(select(m.Build)).one()
             assert build.artifact_arch == "aarch64"

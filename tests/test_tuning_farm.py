@@ -17,15 +17,16 @@ import pytest
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
+from answers import query
+from answers.compare import _verdict
+from answers.stats import mann_whitney_p, ratio_ci
 from db import models as m
 from db.store import ResultStore
 from orchestrator.cli import app
-from orchestrator.compare import _verdict
 from orchestrator.farm import LocalFarm, stop_pid, wait_until
 from orchestrator.plan import plan_jobs
 from orchestrator.scheduler import run_sweep
 from orchestrator.spec import load_spec
-from orchestrator.stats import mann_whitney_p, ratio_ci
 from tests.conftest import write_sweep
 from workers import model_zoo
 from workers.artifacts import ArtifactCache
@@ -62,7 +63,7 @@ def _builds(store: ResultStore, sweep_id: str) -> dict[int, dict[str, Any]]:
             build = s.get(m.Build, job.build_key)
             budget = (job.config.get("tuning") or {}).get("budget", 0)
             out[budget] = {"status": job.status, "build": build, "job_key": job.job_key}
-    rows = {r["job_key"]: r for r in store.results(sweep_id)}
+    rows = {r["job_key"]: r for r in query.results(store, sweep_id)}
     for v in out.values():
         v["row"] = rows[v["job_key"]]
     return out

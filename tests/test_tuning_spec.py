@@ -9,13 +9,13 @@ import onnx
 import pytest
 from typer.testing import CliRunner
 
+from core.records import Job
 from orchestrator.cli import app
 from orchestrator.plan import plan_jobs
 from orchestrator.spec import SpecError, parse_spec
 from tests.conftest import write_sweep
 from workers import model_zoo
 from workers.fence import _HostFenceState
-from workers.records import Job
 from workers.tuning.tasks import MIN_TASK_TRIALS, TaskInfo, allocate, profile_shares
 
 BASE = '[[models]]\npath = "{model}"\n'

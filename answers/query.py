@@ -1,7 +1,8 @@
-"""Filtered, grouped and pivoted views of the results database as pandas DataFrames.
+"""Reads of the results database for people: result rows, one job in full, sweeps, boards, and the
+filtered, grouped and pivoted views as pandas DataFrames that ranking, compare and regressions build on.
 
-All analytics SQL lives here (the store keeps the writes): one flat row per job, its final run's figures
-joined in. Filters become bound parameters of SQLAlchemy expressions, never text pasted into SQL.
+All analytics SQL lives here (db/store.py keeps the writes): one flat row per job, its final run's
+figures joined in. Filters become bound parameters of SQLAlchemy expressions, never text pasted into SQL.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
 
 class QueryError(ValueError):
     """Bad input to a query (unknown sweep, column or value); the message names the culprit."""
+
+
+class NoSuchJob(LookupError):
+    """No stored job has the key (prefix) asked for; the message says how to list them."""
 
 
 # Output columns, in order, and the SQL expression of each. The CLI prints exactly these.
@@ -103,7 +108,7 @@ class Filters:
 
 def resolve_sweep(store: ResultStore, ref: str) -> m.Sweep:
     """The one sweep ``ref`` names: exact id, unique id prefix, or label/name (newest wins)."""
-    with store._sessions() as s:
+    with store.read() as s:
         exact = s.get(m.Sweep, ref)
         if exact is not None:
             return exact
@@ -246,3 +251,149 @@ def pivot(df: pd.DataFrame, rows: Sequence[str], columns: str, value: str = "med
     table = ok.pivot_table(index=list(rows), columns=columns, values=value, aggfunc="median")
     table.columns = [f"{columns}={c}" for c in table.columns]
     return table.reset_index()
+
+
+# --- rows for `results list/show`, `farm list` ----------------------------------------------------
+
+
+def results(store: ResultStore, sweep_id: str | None = None) -> list[dict[str, Any]]:
+    """One flat row per job (its final run's figures joined in), newest sweep first."""
+    stmt = (
+        select(m.Job, m.Run, m.Build, m.Sweep.created_at)
+        .join(m.Sweep, m.Sweep.id == m.Job.sweep_id)
+        .outerjoin(m.Run, m.Run.id == m.Job.final_run_id)
+        .outerjoin(m.Build, m.Build.build_key == m.Job.build_key)
+        .order_by(m.Sweep.created_at.desc(), m.Job.id)
+    )
+    if sweep_id:
+        stmt = stmt.where(m.Job.sweep_id.startswith(sweep_id))
+    with store.read() as s:
+        return [_result_row(job, run, build) for job, run, build, _ in s.execute(stmt)]
+
+
+def job_detail(store: ResultStore, job_ref: str, sweep_id: str | None = None) -> dict[str, Any] | None:
+    """Everything about one job (key prefix), from the newest sweep that has it unless ``sweep_id``."""
+    stmt = (
+        select(m.Job)
+        .join(m.Sweep, m.Sweep.id == m.Job.sweep_id)
+        .where(m.Job.job_key.startswith(job_ref))
+        .order_by(m.Sweep.created_at.desc())
+    )
+    if sweep_id:
+        stmt = stmt.where(m.Job.sweep_id.startswith(sweep_id))
+    with store.read() as s:
+        job = s.scalars(stmt).first()
+        if job is None:
+            return None
+        build = s.get(m.Build, job.build_key)
+        runs = list(s.scalars(select(m.Run).where(m.Run.job_id == job.id).order_by(m.Run.attempt)))
+        final = next((r for r in runs if r.id == job.final_run_id), None)
+        detail = _result_row(job, final, build)
+        detail["config"] = job.config
+        detail["error"] = job.error
+        detail["build"] = (
+            None
+            if build is None
+            else {
+                "status": build.status,
+                "error": build.error,
+                "fingerprint": build.fingerprint,
+                "pass_count": build.pass_count,
+                "pass_trace": build.pass_trace,
+                "kernel_count": build.kernel_count,
+                "compile_s": build.compile_s,
+                "artifact_sha256": build.artifact_sha256,
+                "artifact_size": build.artifact_size,
+                "artifact_arch": build.artifact_arch,
+                "tvm_version": build.tvm_version,
+                "ffi_version": build.ffi_version,
+                "host": build.host,
+                "memory": build.memory,
+            }
+        )
+        detail["runs"] = [
+            {
+                "attempt": r.attempt,
+                "board": r.board_id,
+                "status": r.status,
+                "error": r.error,
+                "unit": r.unit,
+                "samples": r.samples,
+                "median": r.median,
+                "mean": r.mean,
+                "std": r.std,
+                "min": r.min,
+                "max": r.max,
+                "max_abs_err": r.max_abs_err,
+                "max_rel_err": r.max_rel_err,
+                "emulated": r.emulated,
+                "load_avg_1m": r.load_avg_1m,
+                "builds_in_flight": r.builds_in_flight,
+                "equivalent_to": r.equivalent_to,
+                "kernel_profile": r.kernel_profile,
+                "started_at": r.started_at.isoformat() if r.started_at else None,
+                "finished_at": r.finished_at.isoformat() if r.finished_at else None,
+            }
+            for r in runs
+        ]
+        if build is not None and build.fingerprint:
+            same = s.execute(
+                select(m.Job.job_key, m.Job.opt_level, m.Job.pipeline, m.Job.executor)
+                .join(m.Build, m.Build.build_key == m.Job.build_key)
+                .where(
+                    m.Job.sweep_id == job.sweep_id,
+                    m.Build.fingerprint == build.fingerprint,
+                    m.Job.board_key == job.board_key,
+                    m.Job.id != job.id,
+                )
+            )
+            detail["same_program_as"] = [
+                {"job_key": k, "opt_level": o, "pipeline": p, "executor": e} for k, o, p, e in same
+            ]
+        return detail
+
+
+def boards(store: ResultStore) -> list[m.Board]:
+    """Every board the database knows, by key then id."""
+    with store.read() as s:
+        return list(s.scalars(select(m.Board).order_by(m.Board.key, m.Board.id)))
+
+
+def sweeps(store: ResultStore) -> list[m.Sweep]:
+    """Every sweep, newest first."""
+    with store.read() as s:
+        return list(s.scalars(select(m.Sweep).order_by(m.Sweep.created_at.desc())))
+
+
+def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None) -> dict[str, Any]:
+    return {
+        "sweep_id": job.sweep_id,
+        "job_key": job.job_key,
+        "model": job.model_name,
+        "target": job.target_name,
+        "board_key": job.board_key,
+        "board": run.board_id if run else None,
+        "executor": job.executor,
+        "kernels_path": job.config.get("kernels"),  # aot-c: "c" or "llvm" kernel code generation
+        "opt_level": job.opt_level,
+        "pipeline": job.pipeline,
+        "status": job.status,
+        "unit": run.unit if run else "ms",
+        "median_ms": run.median if run and run.unit == "ms" else None,
+        "std_ms": run.std if run and run.unit == "ms" else None,
+        "samples": run.samples if run else [],
+        "median": run.median if run else None,  # in `unit` (ms, or emulated instructions)
+        "flash_bytes": build.flash_bytes if build else None,
+        "ram_bytes": build.ram_bytes if build else None,
+        "max_abs_err": run.max_abs_err if run else None,
+        "emulated": bool(run.emulated) if run else bool(job.config.get("emulated")),
+        "equivalent_to": job.equivalent_to,
+        "fingerprint": build.fingerprint if build else None,
+        "compile_s": build.compile_s if build else None,
+        "tuning_budget": build.tuning_budget if build else None,
+        "tuning_trials": build.tuning_trials if build else None,
+        "tuning_s": build.tuning_s if build else None,
+        "kernel_count": build.kernel_count if build else None,
+        "pass_count": build.pass_count if build else None,
+        "error": job.error,
+    }

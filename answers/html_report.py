@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from orchestrator import query as q
-from orchestrator import ranking, regressions, tuning_answers
-from orchestrator.stats import median_ci
+from answers import query as q
+from answers import ranking, regressions
+from answers import tuning as tuning_answers
+from answers.stats import median_ci
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -107,7 +108,7 @@ def trials_figure(
     """Latency against MetaSchedule trials: one line per configuration, 0 trials = untuned, ORT dashed."""
     from matplotlib.figure import Figure
 
-    from orchestrator.tuning_answers import is_tuned
+    from answers.tuning import is_tuned
 
     fig = Figure(figsize=(6.5, 4.2))
     ax = fig.add_subplot()

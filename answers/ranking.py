@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 
+from answers import query as q
+from answers import tuning as tuning_answers
+from answers.stats import DEFAULT_SEED, median_ci
 from db import models as m
-from orchestrator import query as q
-from orchestrator import tuning_answers
-from orchestrator.stats import DEFAULT_SEED, median_ci
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
+from answers import query
 from db import models as m
 
 if TYPE_CHECKING:
@@ -82,3 +83,40 @@ def kernel_profile(store: ResultStore, job_key: str, sweep_id: str) -> list[tupl
     if not profile:
         return None
     return normalise_profile(profile)
+
+
+def explain_job(
+    store: ResultStore,
+    job_ref: str,
+    sweep_ref: str | None = None,
+    diff_ref: str | None = None,
+    diff_sweep_ref: str | None = None,
+) -> dict[str, Any]:
+    """`results show`: one job in full, its per-kernel profile, and with ``diff_ref`` the pass-trace diff.
+
+    Returns {"detail", "other", "kernels", "pass_diff", "pass_count", "labels"}. NoSuchJob names a job
+    that is not there, QueryError a sweep (sweeps may be named by id, prefix or label).
+    """
+    sweep = query.resolve_sweep(store, sweep_ref).id if sweep_ref else None
+    diff_sweep = query.resolve_sweep(store, diff_sweep_ref).id if diff_sweep_ref else None
+    detail = query.job_detail(store, job_ref, sweep)
+    if detail is None:
+        raise query.NoSuchJob(f"no job with key starting {job_ref!r}; `tvmbench results list` shows the keys")
+    other = None
+    if diff_ref is not None:
+        other = query.job_detail(store, diff_ref, diff_sweep)
+        if other is None:
+            raise query.NoSuchJob(
+                f"no job with key starting {diff_ref!r} to diff against; `tvmbench results list` shows the keys"
+            )
+    trace_a = (detail.get("build") or {}).get("pass_trace") or []
+    trace_b = ((other or {}).get("build") or {}).get("pass_trace") or []
+    labels = tuple(f"{d['job_key'][:12]} {d['executor']} O{d['opt_level']}" for d in (detail, other or detail))
+    return {
+        "detail": detail,
+        "other": other,
+        "kernels": kernel_profile(store, detail["job_key"], detail["sweep_id"]),
+        "pass_diff": pass_trace_diff(trace_a, trace_b, *labels) if other else None,
+        "pass_count": len(trace_a),
+        "labels": labels,
+    }

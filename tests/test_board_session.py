@@ -11,10 +11,10 @@ import pytest
 from orchestrator.farm import LocalFarm
 from orchestrator.plan import plan_jobs
 from orchestrator.spec import parse_spec
-from workers.compile import build_job
-from workers.measure import measure_job, request_session
+from workers.executors.registry import build_job, measure_job
 from workers.onnx_model import seeded_inputs
 from workers.reference import reference_outputs
+from workers.tracker_client import request_session
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from sqlalchemy import select
 
+from answers import query as q
 from db import models as m
-from orchestrator import query as q
 
 if TYPE_CHECKING:
     from db.store import ResultStore

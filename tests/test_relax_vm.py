@@ -8,10 +8,10 @@ from pathlib import Path
 import onnx
 import pytest
 
+from core.records import Job
 from orchestrator.plan import plan_jobs
 from orchestrator.spec import parse_spec
-from workers.compile import build_job
-from workers.records import Job
+from workers.executors.registry import build_job
 
 
 @pytest.fixture(scope="module")

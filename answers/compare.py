@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from orchestrator import query as q
-from orchestrator.stats import DEFAULT_SEED, geometric_mean, mann_whitney_p, ratio_ci
+from answers import query as q
+from answers.stats import DEFAULT_SEED, geometric_mean, mann_whitney_p, ratio_ci
 
 if TYPE_CHECKING:
     import pandas as pd

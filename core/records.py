@@ -1,7 +1,8 @@
 """Records passed between pipeline stages: spec -> plan -> build -> measure -> store.
 
-Frozen dataclasses with no behaviour beyond derived fields. Failures travel as values with a kind
-(see ``ErrorKind``), never as exceptions crossing a stage.
+Frozen dataclasses with no behaviour beyond derived fields: the vocabulary every stage shares. Which
+executors exist, and what each does, is the registry's (workers/executors/registry.py). Failures travel
+as values with a kind (see ``ErrorKind``), never as exceptions crossing a stage.
 """
 
 from __future__ import annotations
@@ -34,13 +35,6 @@ ERROR_KINDS: tuple[str, ...] = (
 PENDING_STATUSES: tuple[str, ...] = ("pending", "pending-device")
 FINAL_STATUSES: tuple[str, ...] = ("ok", *ERROR_KINDS)
 
-# "onnxruntime": the baseline, the ONNX model run by ONNX Runtime on the board itself (no TVM build).
-# "aot-c" (microcontrollers, workers/aot): static C with the kernels compiled one of KERNEL_PATHS ways:
-# "c" = TVM's C codegen then the board's gcc; "llvm" = TVM's LLVM emits the Cortex-M object.
-EXECUTORS: tuple[str, ...] = ("vm-bytecode", "vm-compiled", "onnxruntime", "aot-c")
-BASELINE_EXECUTOR = "onnxruntime"
-AOT_EXECUTOR = "aot-c"
-KERNEL_PATHS: tuple[str, ...] = ("c", "llvm")
 # "per-target": relax.get_default_pipeline(target) (fuses ops, dlight on GPUs);
 # "generic": relax.get_pipeline("default"), what tvm.compile uses (no FuseOps on CPU).
 PIPELINES: tuple[str, ...] = ("per-target", "generic")
@@ -125,7 +119,8 @@ class Job:
     opt_level: int
     pipeline: str
     measure: MeasureSettings = field(default_factory=MeasureSettings)
-    kernels: str = "c"  # only meaningful for the aot-c executor
+    # The kernels axis ("c" or "llvm" code generation), for executors that take it (aot-c); None for the others.
+    kernels: str | None = None
     tuning: int = 0  # MetaSchedule trial budget; 0 = untuned (the axis "tuning")
     tuning_settings: TuningSettings = field(default_factory=TuningSettings)
 
@@ -140,7 +135,7 @@ class Job:
             "opt_level": self.opt_level,
             "pipeline": self.pipeline,
         }
-        if self.executor == AOT_EXECUTOR:  # other executors keep the keys they always had
+        if self.kernels is not None:  # executors without the axis keep the keys they always had
             config["kernels"] = self.kernels
         if self.tuning:  # untuned jobs keep the keys they always had
             # A tuned program is chosen by timings on the key's boards: the boards are part of it.

@@ -13,7 +13,7 @@ from rich.table import Table
 if TYPE_CHECKING:
     import pandas as pd
 
-    from orchestrator.compare import Comparison
+    from answers.compare import Comparison
 
 _VERDICT_STYLE = {"regression": "red", "broken": "red", "improvement": "green", "fixed": "green"}
 
@@ -98,9 +98,6 @@ def print_best(console: Console, rows: list[dict[str, Any]], confidence: float) 
         console.print(f"[{style}]{r['model']} on {r['board_key']} ({r['unit']}):[/] {r['verdict']}", highlight=False)
     if any(r["emulated"] for r in rows):
         console.print("emulated timings measure the emulator, not the hardware: they are ranked only among themselves")
-    from orchestrator.tuning_answers import print_side_by_side
-
-    print_side_by_side(console, rows)
 
 
 def print_compare(console: Console, result: Comparison, show_all: bool) -> None:

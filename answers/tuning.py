@@ -78,7 +78,7 @@ def print_side_by_side(console: Console, rows: list[dict[str, Any]]) -> None:
     """For `results best`: per ranking with tuned builds, tuned and untuned side by side."""
     from rich.table import Table
 
-    from orchestrator.analysis_views import fmt
+    from answers.analysis_views import fmt
 
     for r in rows:
         entries = r.get("tuning") or []

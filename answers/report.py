@@ -202,7 +202,7 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
         if b.get("error"):
             console.print(f"  build error: {b['error']}", highlight=False)
         if b.get("tuning"):
-            from orchestrator.tuning_answers import print_tuning
+            from answers.tuning import print_tuning
 
             print_tuning(console, b["tuning"])
         if b["pass_trace"]:

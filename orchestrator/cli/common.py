@@ -1,0 +1,100 @@
+"""What every command group of the CLI shares: the consoles, the common options, the one-line failure."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from answers.query import NoSuchJob, QueryError
+from core.errors import one_line
+from db.store import ResultStore, default_home
+from orchestrator.farm import FarmError
+from orchestrator.spec import SpecError, SweepSpec, load_spec
+from orchestrator.submit import SubmitError
+
+T = TypeVar("T")
+
+# Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default.
+console = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+DbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--db", envvar="TVMBENCH_DB", help="SQLAlchemy URL of the results database (default: SQLite in TVMBENCH_HOME)."
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+TrackerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tracker",
+        envvar="TVMBENCH_TRACKER",
+        help="HOST:PORT of a TVM RPC tracker (default: the farm from `farm up`/`farm connect`, else a local one).",
+    ),
+]
+
+
+def fail(message: str, code: int = 1) -> None:
+    """Print one error line and exit non-zero."""
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def note(message: str) -> None:
+    """A progress note on stderr (dimmed), for long steps such as provisioning a board."""
+    err.print(f"[dim]{message}[/]")
+
+
+def home() -> Path:
+    """TVMBENCH_HOME, created if missing."""
+    path = default_home()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def open_store(db: str | None) -> ResultStore:
+    """The results database, or one error line naming it."""
+    try:
+        return ResultStore(db)
+    except Exception as exc:
+        fail(f"cannot open results database {db or '(default)'}: {one_line(exc)}")
+        raise  # unreachable: fail exits
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def load(path: Path, label: str | None = None) -> SweepSpec:
+    """The validated sweep file, or its one-line error (exit 2)."""
+    try:
+        return load_spec(path, label=label)
+    except SpecError as exc:
+        fail(str(exc), code=2)
+        raise  # unreachable: fail exits
+
+
+@contextmanager
+def failures_as_lines() -> Iterator[None]:
+    """The library's own errors (each one line saying what to do) end the command: exit 2 for bad input, else 1."""
+    try:
+        yield
+    except (QueryError, SpecError) as exc:
+        fail(str(exc), code=2)
+    except (FarmError, SubmitError, NoSuchJob) as exc:
+        fail(str(exc))
+
+
+def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` with ``failures_as_lines``."""
+    with failures_as_lines():
+        return fn(*args, **kwargs)
+    raise AssertionError("unreachable")
