@@ -378,6 +378,9 @@ class _Sweep:
         for ref in in_flight:
             self.ray.cancel(ref, force=True)
         in_flight.clear()
+        from workers.fence import reset_fence
+
+        reset_fence(self.fence_host)  # the killed builds and tunings hold it and will never let go
         before = self.store.job_statuses(self.sweep_id)
         self.store.cancel_pending_jobs(self.sweep_id, "cancelled by `tvmbench sweep cancel`")
         for status in before.values():
