@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -69,13 +70,20 @@ def _ci(lo: Any, hi: Any) -> str:
     return "-" if lo is None or hi is None or math.isnan(lo) or math.isnan(hi) else f"[{lo:.4g}, {hi:.4g}]"
 
 
-def print_best(console: Console, rows: list[dict[str, Any]], confidence: float) -> None:
+def _flag(warnings: list[str] | None) -> Text:
+    """A marker next to a figure whose run carries board-state warnings (listed under the table)."""
+    return Text(f" ![{len(warnings)}]", style="red") if warnings else Text("")
+
+
+def print_best(console: Console, rows: list[dict[str, Any]], confidence: float, metric: str = "steady") -> None:
     if not rows:
         console.print("no ok results to rank (only jobs whose outputs passed the check compete)")
         return
     pct = f"{confidence * 100:.0f}% CI"
-    table = Table(title="fastest correct configuration per (model, board)")
-    for c in ("model", "board", "unit", "best", f"median ({pct})", "runner-up", f"median ({pct}) ", "×slowest", "×ORT"):
+    label = f"median ({pct})" if metric == "steady" else "first inference"
+    title = "fastest correct configuration per (model, board)" + (", by first inference" if metric == "first" else "")
+    table = Table(title=title)
+    for c in ("model", "board", "unit", "best", label, "peak MB", "runner-up", label + " ", "×slowest", "×ORT"):
         table.add_column(c)
     for r in rows:
         unit = r["unit"] + (" emulated" if r["emulated"] else "")
@@ -83,19 +91,28 @@ def print_best(console: Console, rows: list[dict[str, Any]], confidence: float) 
             r["model"],
             r["board_key"],
             unit,
-            ("[yellow]? [/]" if r["uncertain"] else "") + r["best"],
-            f"{r['best_median']:.4g} {_ci(r['best_lo'], r['best_hi'])}",
+            Text.assemble(("? ", "yellow") if r["uncertain"] else "", r["best"]),
+            Text.assemble(f"{r['best_median']:.4g} {_ci(r['best_lo'], r['best_hi'])}", _flag(r.get("best_warnings"))),
+            fmt(r.get("best_peak_mem_mb")),
             r["runner_up"] or "-",
             "-"
             if r["runner_up"] is None
-            else f"{r['runner_up_median']:.4g} {_ci(r['runner_up_lo'], r['runner_up_hi'])}",
+            else Text.assemble(
+                f"{r['runner_up_median']:.4g} {_ci(r['runner_up_lo'], r['runner_up_hi'])}",
+                _flag(r.get("runner_up_warnings")),
+            ),
             fmt(r["speedup_vs_slowest"], 3),
             fmt(r["speedup_vs_onnxruntime"], 3),
         )
     console.print(table)
     for r in rows:
         style = "yellow" if r["uncertain"] else "green"
-        console.print(f"[{style}]{r['model']} on {r['board_key']} ({r['unit']}):[/] {r['verdict']}", highlight=False)
+        head = f"{r['model']} on {r['board_key']} ({r['unit']}):"
+        console.print(Text.assemble((head, style), " ", r["verdict"]), highlight=False)
+        for who in ("best", "runner_up"):
+            for w in r.get(f"{who}_warnings") or []:
+                name = r["best"] if who == "best" else r["runner_up"]
+                console.print(Text.assemble("  ", ("warning", "red"), f" ({name}): {w}"), highlight=False)
     if any(r["emulated"] for r in rows):
         console.print("emulated timings measure the emulator, not the hardware: they are ranked only among themselves")
 
@@ -108,8 +125,11 @@ def print_compare(console: Console, result: Comparison, show_all: bool) -> None:
             table.add_column(c)
         for r in rows:
             style = _VERDICT_STYLE.get(r["verdict"], "")
-            a = fmt(r["median_a"]) if r["status_a"] == "ok" else r["status_a"]
-            b = fmt(r["median_b"]) if r["status_b"] == "ok" else r["status_b"]
+            a, b = (
+                Text.assemble(fmt(r[f"median_{x}"]), _flag(r.get(f"warnings_{x}"))) if r[f"status_{x}"] == "ok"
+                else r[f"status_{x}"]
+                for x in ("a", "b")
+            )
             table.add_row(
                 r["job_key"][:12],
                 r["model"],
@@ -122,11 +142,16 @@ def print_compare(console: Console, result: Comparison, show_all: bool) -> None:
                 fmt(r["ratio"], 3),
                 _ci(r["ratio_lo"], r["ratio_hi"]),
                 fmt(r["p_value"], 2),
-                f"[{style}]{r['verdict']}[/]" if style else r["verdict"],
+                Text(r["verdict"], style=style),
             )
         console.print(table)
     elif result.rows:
         console.print("no job changed beyond the threshold and the noise (--all lists them all)")
+    for r in rows:
+        for side in ("a", "b"):
+            for w in r.get(f"warnings_{side}") or []:
+                line = Text.assemble("  ", ("warning", "red"), f" {r['job_key'][:12]} {side.upper()}: {w}")
+                console.print(line, highlight=False)
     console.print(result.summary(), highlight=False)
 
 

@@ -90,6 +90,10 @@ def _verdict(
     return "same"
 
 
+def _warning_list(value: Any) -> list[str]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
 def _median_or_none(series: pd.Series) -> float | None:
     values = series.dropna()
     return float(values.median()) if len(values) else None
@@ -140,6 +144,10 @@ def compare(
                 "emulated": bool(r["emulated_a"]),
                 "median_a": r["median_a"],
                 "median_b": r["median_b"],
+                # Board-state warnings of each side's run (governor, clocks or temperature moved): the
+                # figure they affect is printed with them.
+                "warnings_a": _warning_list(r["warnings_a"]),
+                "warnings_b": _warning_list(r["warnings_b"]),
                 "ratio": ratio,
                 "ratio_lo": lo,
                 "ratio_hi": hi,

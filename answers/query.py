@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, case, func, select
 
 from db import models as m
 
@@ -29,6 +29,14 @@ class QueryError(ValueError):
 class NoSuchJob(LookupError):
     """No stored job has the key (prefix) asked for; the message says how to list them."""
 
+
+MB = 1024 * 1024
+STATIC_RAM_EXECUTOR = "aot-c"  # firmware whose RAM is fixed at build: its static figure is its peak
+# The peak memory of a configuration (MB): the board's measured session peak, else for a microcontroller
+# build its static RAM (peak_memory_mb says the same in Python). NULL when neither is known.
+peak_mem_mb_sql = func.coalesce(
+    m.Run.peak_mem_mb, case((m.Job.executor == STATIC_RAM_EXECUTOR, m.Build.ram_bytes / float(MB)))
+)
 
 # Output columns, in order, and the SQL expression of each. The CLI prints exactly these.
 _COLUMNS: dict[str, Any] = {
@@ -54,6 +62,14 @@ _COLUMNS: dict[str, Any] = {
     "max": m.Run.max,
     "max_abs_err": m.Run.max_abs_err,
     "load_avg_1m": m.Run.load_avg_1m,
+    "first_ms": m.Run.first_ms,
+    "load_s": m.Run.load_s,
+    "stop_reason": m.Run.stop_reason,
+    "ci_rel": m.Run.ci_rel,
+    "warmup_runs": m.Run.warmup_runs,
+    "peak_mem_mb": peak_mem_mb_sql,
+    "static_mem_mb": m.Build.ram_bytes / float(MB),
+    "warnings": m.Run.warnings,
     "fingerprint": m.Build.fingerprint,
     # MetaSchedule tuning (NULL when untuned): the budget, trials run, seconds spent tuning
     "tuning_budget": m.Build.tuning_budget,
@@ -99,6 +115,7 @@ class Filters:
     status: str | None = None
     since: datetime | None = None  # job finished at or after
     until: datetime | None = None  # job finished before
+    max_memory_mb: float | None = None  # peak memory at most this (rows with no memory figure are left out)
 
     def describe(self) -> str:
         """The filters that are set, as "name=value" words, for titles."""
@@ -169,6 +186,8 @@ def apply_filters(stmt: Select, filters: Filters, sweep_id: str | None = None) -
         stmt = stmt.where(m.Job.finished_at >= filters.since)
     if filters.until is not None:
         stmt = stmt.where(m.Job.finished_at < filters.until)
+    if filters.max_memory_mb is not None:
+        stmt = stmt.where(peak_mem_mb_sql <= filters.max_memory_mb)
     return stmt
 
 
@@ -178,6 +197,17 @@ def filtered_select(
     """base_select + apply_filters, with the sweep reference resolved against the store."""
     sweep_id = resolve_sweep(store, filters.sweep).id if filters.sweep else None
     return apply_filters(base_select(columns, with_samples=with_samples), filters, sweep_id)
+
+
+def unknown_memory_count(store: ResultStore, filters: Filters) -> int:
+    """Ok results the other filters select whose peak memory is unknown (left out by ``max_memory_mb``)."""
+    from dataclasses import replace
+
+    stmt = filtered_select(store, replace(filters, max_memory_mb=None), ["job_key"]).where(
+        peak_mem_mb_sql.is_(None), m.Job.status == "ok"
+    )
+    with store.engine.connect() as conn:
+        return len(conn.execute(stmt).all())
 
 
 def frame(store: ResultStore, stmt: Select) -> pd.DataFrame:
@@ -309,6 +339,10 @@ def job_detail(store: ResultStore, job_ref: str, sweep_id: str | None = None) ->
                 "ffi_version": build.ffi_version,
                 "host": build.host,
                 "memory": build.memory,
+                "flash_bytes": build.flash_bytes,
+                "ram_bytes": build.ram_bytes,
+                "params_bytes": build.params_bytes,
+                "planned_bytes": build.planned_bytes,
             }
         )
         detail["runs"] = [
@@ -331,6 +365,8 @@ def job_detail(store: ResultStore, job_ref: str, sweep_id: str | None = None) ->
                 "builds_in_flight": r.builds_in_flight,
                 "equivalent_to": r.equivalent_to,
                 "kernel_profile": r.kernel_profile,
+                **{name: getattr(r, name) for name in m.RUN_DETAIL_FIELDS},
+                "warnings": r.warnings or [],
                 "started_at": r.started_at.isoformat() if r.started_at else None,
                 "finished_at": r.finished_at.isoformat() if r.finished_at else None,
             }
@@ -365,6 +401,17 @@ def sweeps(store: ResultStore) -> list[m.Sweep]:
         return list(s.scalars(select(m.Sweep).order_by(m.Sweep.created_at.desc())))
 
 
+def peak_memory_mb(executor: str, run: m.Run | None, build: m.Build | None) -> float | None:
+    """The peak memory a configuration needs, in MB: what the board measured (session VmHWM), or for a
+    microcontroller build its static RAM (arena, workspace, I/O, stack: measured nowhere else, and exact
+    by construction). None when neither is known (a stock RPC server, an older row)."""
+    if run is not None and run.peak_mem_mb is not None:
+        return run.peak_mem_mb
+    if executor == STATIC_RAM_EXECUTOR and build is not None and build.ram_bytes is not None:
+        return build.ram_bytes / MB
+    return None
+
+
 def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None) -> dict[str, Any]:
     return {
         "sweep_id": job.sweep_id,
@@ -385,6 +432,12 @@ def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None) -> dict[st
         "median": run.median if run else None,  # in `unit` (ms, or emulated instructions)
         "flash_bytes": build.flash_bytes if build else None,
         "ram_bytes": build.ram_bytes if build else None,
+        "peak_mem_mb": peak_memory_mb(job.executor, run, build),
+        "static_mem_mb": build.ram_bytes / MB if build and build.ram_bytes is not None else None,
+        "first_ms": run.first_ms if run else None,
+        "stop_reason": run.stop_reason if run else None,
+        "ci_rel": run.ci_rel if run else None,
+        "warnings": (run.warnings or []) if run else [],
         "max_abs_err": run.max_abs_err if run else None,
         "emulated": bool(run.emulated) if run else bool(job.config.get("emulated")),
         "equivalent_to": job.equivalent_to,

@@ -1,6 +1,8 @@
 """`results best`: the fastest correct configuration per (model, board), and how sure we are of it.
 
-Only jobs whose outputs passed the check (status "ok") compete. Timings in different units, or emulated
+Only jobs whose outputs passed the check (status "ok") compete. The metric is the steady state (the median
+of the samples, with its bootstrap CI) unless ``metric="first"``: the first inference after the module
+loaded, what a cold-start user waits for (one value per run, so no interval). Timings in different units, or emulated
 timings and real ones, are never ranked against each other: each (model, board key, unit, emulated) is its
 own ranking. An `onnxruntime` executor row is the baseline, not a competitor.
 """
@@ -72,11 +74,15 @@ _CANDIDATE_COLUMNS = [
     "unit",
     "emulated",
     "median",
+    "first_ms",
+    "peak_mem_mb",
+    "warnings",
     "equivalent_to",
     "tuning_budget",
     "tuning_trials",
     "tuning_s",
 ]
+METRICS = {"steady": "median", "first": "first_ms"}
 
 
 def candidates(store: ResultStore, filters: q.Filters) -> pd.DataFrame:
@@ -101,16 +107,40 @@ def _samples(store: ResultStore, run_ids: list[int]) -> dict[int, list[float]]:
         return dict(conn.execute(select(m.Run.id, m.Run.samples).where(m.Run.id.in_(run_ids))).all())
 
 
+def _warnings(value: Any) -> list[str]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _figures(row: Any, prefix: str) -> dict[str, Any]:
+    """Peak memory and board-state warnings of a ranked configuration, printed next to its figure."""
+    peak = row.get("peak_mem_mb")
+    return {
+        f"{prefix}_peak_mem_mb": None if peak is None or peak != peak else float(peak),
+        f"{prefix}_warnings": _warnings(row.get("warnings")),
+    }
+
+
 def rank(
-    store: ResultStore, df: pd.DataFrame, *, confidence: float = 0.95, seed: int = DEFAULT_SEED
+    store: ResultStore,
+    df: pd.DataFrame,
+    *,
+    confidence: float = 0.95,
+    seed: int = DEFAULT_SEED,
+    metric: str = "steady",
 ) -> list[dict[str, Any]]:
     """One ranking row per (model, board key, unit, emulated) of the candidate frame ``df``.
 
     Sorting and picking happen once over the whole frame; only the top two of each ranking have their
-    samples fetched (one query) and bootstrapped.
+    samples fetched (one query) and bootstrapped. ``metric`` is "steady" (median of the samples) or
+    "first" (first inference, ms; rows without it, such as older runs, do not compete).
     """
+    if metric not in METRICS:
+        raise q.QueryError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
     if df.empty:
         return []
+    if metric == "first":
+        # The first inference is one value in ms: it ranks ms runs only, and its "median" is that value.
+        df = df[(df["unit"] == "ms") & df["first_ms"].notna()].assign(median=lambda d: d["first_ms"])
     df = df[df["median"].notna()].sort_values([*RANK_KEYS, "median", "job_key"])
     is_baseline = df["executor"] == BASELINE_EXECUTOR
     baseline = df[is_baseline].groupby(RANK_KEYS)["median"].min().to_dict()
@@ -125,7 +155,8 @@ def rank(
     top2 = groups.head(2)
     slowest = groups.tail(1).set_index(RANK_KEYS)
     sizes = groups.size().to_dict()
-    samples = _samples(store, [int(r) for r in top2["run_id"].dropna()])
+    # Steady state: bootstrap the samples. First inference: one value per run, no interval to draw.
+    samples = _samples(store, [int(r) for r in top2["run_id"].dropna()]) if metric == "steady" else {}
     out: list[dict[str, Any]] = []
     for key, pair in top2.groupby(RANK_KEYS, sort=True):
         model, board_key, unit, emulated = key
@@ -143,6 +174,8 @@ def rank(
             "best_median": float(top["median"]),
             "best_lo": ci.lo,
             "best_hi": ci.hi,
+            "metric": metric,
+            **_figures(top, "best"),
             "runner_up": None,
             "runner_up_median": None,
             "runner_up_lo": None,
@@ -157,9 +190,11 @@ def rank(
             ci2 = median_ci(samples.get(second["run_id"]), confidence, seed=seed)
             row.update(
                 runner_up=config_name(second), runner_up_median=float(second["median"]), runner_up_lo=ci2.lo,
-                runner_up_hi=ci2.hi,
+                runner_up_hi=ci2.hi, **_figures(second, "runner_up"),
             )  # fmt: skip
-            if ci.overlaps(ci2):
+            if metric == "first":
+                verdict += " at first inference (one run each: no interval, read close figures as a tie)"
+            elif ci.overlaps(ci2):
                 row["uncertain"] = True
                 verdict = f"uncertain: {config_name(top)} and {config_name(second)} overlap"
         last = slowest.loc[key]
@@ -178,7 +213,12 @@ def rank(
 
 
 def best(
-    store: ResultStore, filters: q.Filters | None = None, *, confidence: float = 0.95, seed: int = DEFAULT_SEED
+    store: ResultStore,
+    filters: q.Filters | None = None,
+    *,
+    confidence: float = 0.95,
+    seed: int = DEFAULT_SEED,
+    metric: str = "steady",
 ) -> list[dict[str, Any]]:
     """The ranking of the newest results per (model, board) (or of ``filters.sweep``)."""
-    return rank(store, candidates(store, filters or q.Filters()), confidence=confidence, seed=seed)
+    return rank(store, candidates(store, filters or q.Filters()), confidence=confidence, seed=seed, metric=metric)

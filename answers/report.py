@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 _STATUS_STYLE = {"ok": "green", "pending": "yellow", "pending-device": "yellow"}
 
@@ -115,6 +116,7 @@ def results_table(console: Console, rows: list[dict[str, Any]], title: str) -> N
         ("status", "left"),
         ("median ms", "right"),
         ("std ms", "right"),
+        ("peak MB", "right"),
         ("max abs err", "right"),
         ("compile s", "right"),
         ("kernels", "right"),
@@ -135,9 +137,10 @@ def results_table(console: Console, rows: list[dict[str, Any]], title: str) -> N
             r["executor"] + (f" ({r['kernels_path']})" if r.get("kernels_path") else ""),
             str(r["opt_level"]),
             r["pipeline"],
-            f"[{style}]{r['status']}[/]",
-            median,
+            Text(r["status"], style=style),
+            Text.assemble(median, (f" ![{len(r['warnings'])}]", "red") if r.get("warnings") else ""),
             _fmt(r["std_ms"]),
+            _peak(r),
             _fmt(r["max_abs_err"]),
             _fmt(r["compile_s"]),
             _fmt(r["kernel_count"]),
@@ -146,9 +149,25 @@ def results_table(console: Console, rows: list[dict[str, Any]], title: str) -> N
     console.print(table)
     failed = [r for r in rows if r["status"] not in ("ok", "pending", "pending-device") and r["error"]]
     for r in failed[:10]:
-        console.print(f"[red]{r['job_key'][:12]} {r['status']}:[/] {r['error']}", highlight=False, soft_wrap=True)
+        line = Text.assemble((f"{r['job_key'][:12]} {r['status']}:", "red"), " ", r["error"])
+        console.print(line, highlight=False, soft_wrap=True)
     if any(r["equivalent_to"] for r in rows):
         console.print("program 'a = b': the job built the same program as job b, which was measured once for both")
+    warned = [r for r in rows if r.get("warnings")]
+    for r in warned[:10]:
+        for w in r["warnings"]:
+            line = Text.assemble((f"{r['job_key'][:12]} warning:", "red"), " ", w)
+            console.print(line, highlight=False, soft_wrap=True)
+    if any(r.get("executor") == "aot-c" and r.get("peak_mem_mb") is not None for r in rows):
+        console.print("peak MB of aot-c jobs: the firmware's static RAM (arena, workspace, I/O, stack estimate)")
+
+
+def _peak(r: dict[str, Any]) -> str:
+    """Peak memory in MB: board-measured (session VmHWM), or a microcontroller's static RAM."""
+    peak = r.get("peak_mem_mb")
+    if peak is None:
+        return "-"
+    return f"{peak:.3g}" if peak < 1 else f"{peak:.1f}"
 
 
 def outcome_line(outcome: Any) -> str:
@@ -175,14 +194,11 @@ def split_pass_trace(trace: list[str]) -> tuple[list[str], int]:
 
 
 def job_detail(console: Console, d: dict[str, Any]) -> None:
-    console.print(f"[bold]job {d['job_key']}[/] (sweep {d['sweep_id']})")
+    console.print(Text.assemble((f"job {d['job_key']}", "bold"), f" (sweep {d['sweep_id']})"))
     console.print(f"  model {d['model']}  target {d['target']}  board key {d['board_key']}")
     console.print(f"  executor {d['executor']}  opt_level {d['opt_level']}  pipeline {d['pipeline']}")
-    console.print(
-        f"  status [{_STATUS_STYLE.get(d['status'], 'red')}]{d['status']}[/]"
-        + (f": {d['error']}" if d.get("error") else ""),
-        highlight=False,
-    )
+    status = Text(d["status"], style=_STATUS_STYLE.get(d["status"], "red"))
+    console.print(Text.assemble("  status ", status, f": {d['error']}" if d.get("error") else ""), highlight=False)
     b = d.get("build")
     if b:
         console.print(
@@ -191,7 +207,9 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
             f"{b['artifact_arch']}, TVM {b['tvm_version']} / ffi {b['ffi_version']}"
         )
         memory = b.get("memory")
-        if memory:  # microcontroller builds: does it fit the part?
+        if memory and memory.get("kind") == "relax-static-plan":
+            console.print(f"  static memory: {static_plan_line(memory)}", highlight=False)
+        elif memory:  # microcontroller builds: does it fit the part?
             console.print(
                 f"  memory: flash {memory['flash_bytes']} bytes (text {memory['text_bytes']}, weights "
                 f"{memory['weights_bytes']}), RAM {memory['ram_bytes']} bytes (arena {memory['arena_bytes']}, "
@@ -232,3 +250,102 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
         console.print(line, highlight=False, soft_wrap=True)
         if r["error"]:
             console.print(f"    error: {r['error']}", highlight=False, soft_wrap=True)
+        for text in run_measurement_lines(r):
+            console.print(f"    {text}", highlight=False, soft_wrap=True)
+
+
+def static_plan_line(memory: dict[str, Any]) -> str:
+    """A Relax build's static memory: parameters and planned intermediate storage."""
+    if memory.get("available") is False:
+        return f"unavailable ({memory.get('reason')})"
+    dynamic = (
+        f", {memory['dynamic_allocations']} dynamic-size allocation(s) not counted"
+        if memory.get("dynamic_allocations")
+        else ""
+    )
+    return (
+        f"params {_mb(memory['params_bytes'])} + planned intermediates {_mb(memory['planned_bytes'])} "
+        f"({memory['planned_allocations']} allocation(s); {_mb(memory['unplanned_bytes'])} without planning)"
+        f" + largest kernel scratch {_mb(memory.get('kernel_scratch_bytes'))} = {_mb(memory['ram_bytes'])}"
+        " (relax.analysis.estimate_memory_usage after StaticPlanBlockMemory)" + dynamic
+    )
+
+
+def _mb(n_bytes: float | None) -> str:
+    if n_bytes is None:
+        return "?"
+    mb = n_bytes / 2**20
+    return f"{n_bytes} B" if mb < 0.01 else f"{mb:.2f} MB"
+
+
+def run_measurement_lines(r: dict[str, Any]) -> list[str]:
+    """Sampling, phases, memory and board state of one run (rows before migration 0005 have none)."""
+    lines = []
+    sampling = r.get("sampling")
+    if sampling:
+        target = f" (target {sampling['target_rel_ci']:.1%})" if sampling.get("target_rel_ci") else ""
+        rel = f"±{sampling['rel_ci']:.2%}" if sampling.get("rel_ci") is not None else "± unknown"
+        lines.append(
+            f"sampling: {sampling['samples']} samples after {sampling['warmup']} warmup, stopped by "
+            f"{sampling['stop_reason']}; median 95% CI {rel}{target}; {sampling['timer_calls']} timer call(s) "
+            f"in {sampling['elapsed_s']:.2f} s"
+        )
+    notes = r.get("phases") or {}
+    if r.get("upload_bytes") is not None or notes:
+        parts = []
+        if r.get("upload_bytes") is not None:
+            parts.append(f"upload {_mb(r['upload_bytes'])} in {r['upload_s'] * 1e3:.1f} ms")
+        parts.append(f"load {r['load_s'] * 1e3:.1f} ms" if r.get("load_s") is not None else _unavailable("load", notes))
+        if r.get("first_ms") is not None:
+            source = (notes.get("first_inference") or {}).get("source")
+            parts.append(f"first inference {r['first_ms']:.4g} ms" + (f" ({source}-timed)" if source else ""))
+        else:
+            parts.append(_unavailable("first inference", notes, "first_inference"))
+        if r.get("median") is not None:
+            parts.append(f"steady state median {r['median']:.4g} {r['unit']}")
+        lines.append("phases: " + ", ".join(parts))
+    memory = r.get("memory")
+    if memory:
+        if memory.get("available"):
+            model = f", +{memory['model_mb']:.1f} MB over the session before load" if "model_mb" in memory else ""
+            lines.append(f"memory: peak {r['peak_mem_mb']:.1f} MB (session VmHWM after the runs){model}")
+        else:
+            lines.append(f"memory: unavailable ({memory.get('reason')})")
+    state = r.get("board_state")
+    if state:
+        lines.append(f"board before: {board_state_line(state.get('before'))}")
+        lines.append(f"board after:  {board_state_line(state.get('after'))}")
+    for w in r.get("warnings") or []:
+        lines.append(f"warning: {w}")
+    return lines
+
+
+def _unavailable(what: str, notes: dict[str, Any], key: str | None = None) -> str:
+    reason = (notes.get(key or what) or {}).get("reason")
+    return f"{what} unavailable" + (f" ({reason})" if reason else "")
+
+
+def board_state_line(state: dict[str, Any] | None) -> str:
+    """A board state (workers/board_state.read_state) in one line: governors, clock range, hottest zone, load."""
+    if not state:
+        return "unavailable"
+    if state.get("available") is False:
+        return f"unavailable ({state.get('reason')})"
+    parts = []
+    freq = state.get("cpufreq") or {}
+    if freq.get("available"):
+        governors = sorted({c.get("governor") or "?" for c in freq["cores"]})
+        cur = [c["cur_khz"] for c in freq["cores"] if c.get("cur_khz")]
+        clocks = f" {min(cur) / 1000:.0f}-{max(cur) / 1000:.0f} MHz" if cur else ""
+        parts.append(f"{len(freq['cores'])} cores {'/'.join(governors)}{clocks}")
+    else:
+        parts.append(f"cpufreq unavailable ({freq.get('reason')})")
+    th = state.get("thermal") or {}
+    if th.get("available"):
+        hottest = max(th["zones"], key=lambda z: z["temp_c"])
+        parts.append(f"{hottest['temp_c']:.1f} C ({hottest['type'] or hottest['zone']})")
+    else:
+        parts.append(f"thermal unavailable ({th.get('reason')})")
+    if state.get("load_avg"):
+        parts.append("load " + " ".join(f"{x:.2f}" for x in state["load_avg"]))
+    return "; ".join(parts)

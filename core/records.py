@@ -54,10 +54,21 @@ class ModelRef:
     sha256: str
     source: str  # the path as given, or "onnx:<name>" for a model bundled with the onnx package
     inputs: tuple[tuple[str, tuple[int, ...], str], ...]  # (name, shape, dtype)
+    # Where the input values come from when not the default draw: (name, low, high) inclusive ranges
+    # (given in the sweep file, or the size of the table an integer input indexes), or the sha256 of an
+    # .npz inputs file. Empty/None for the default, so older job keys stay the same.
+    value_ranges: tuple[tuple[str, float, float], ...] = ()
+    inputs_file_sha256: str | None = None
 
     @property
     def shape_dict(self) -> dict[str, list[int]]:
         return {name: list(shape) for name, shape, _ in self.inputs}
+
+    def input_values(self) -> dict[str, Any]:
+        """What decides the input values beyond the seed, for identities; {} for the default draw."""
+        if self.inputs_file_sha256:
+            return {"inputs_file": self.inputs_file_sha256}
+        return {"value_ranges": [list(r) for r in self.value_ranges]} if self.value_ranges else {}
 
 
 @dataclass(frozen=True)
@@ -87,6 +98,33 @@ class MeasureSettings:
     session_timeout_s: float = 120.0
     device_wait_s: float = 60.0
     profile: bool = False  # also time every kernel call on the board (needs the board agent)
+    # Sampling (workers/sampling.py): runs discarded before sampling; with target_rel_ci, sample between
+    # min_repeat and max_repeat until the 95 % CI half-width of the median is within that fraction of it;
+    # max_s caps the sampling time of a job in either mode.
+    warmup: int = 0
+    min_repeat: int | None = None
+    max_repeat: int | None = None
+    target_rel_ci: float | None = None
+    max_s: float | None = None
+
+    def identity(self) -> dict[str, Any]:
+        """The settings as they enter job keys and sweep ids: sampling keys left at their defaults are
+        omitted, so sweeps written before they existed keep their keys (and their stored results)."""
+        values = asdict(self)
+        for name in SAMPLING_KEYS:
+            if values[name] == _SAMPLING_DEFAULTS[name]:
+                del values[name]
+        return values
+
+
+SAMPLING_KEYS: tuple[str, ...] = ("warmup", "min_repeat", "max_repeat", "target_rel_ci", "max_s")
+_SAMPLING_DEFAULTS: dict[str, Any] = {
+    "warmup": 0,
+    "min_repeat": None,
+    "max_repeat": None,
+    "target_rel_ci": None,
+    "max_s": None,
+}
 
 
 # MetaSchedule cost models and module-equality rules a sweep may name in its [tuning] table.
@@ -150,7 +188,12 @@ class Job:
     def key(self) -> str:
         """Stable identity of the job: the same on any machine for the same sweep file."""
         return canonical_hash(
-            {**self.build_config(), "board_key": self.target.board_key, "measure": asdict(self.measure)}
+            {
+                **self.build_config(),
+                "board_key": self.target.board_key,
+                "measure": self.measure.identity(),
+                **self.model.input_values(),  # other inputs, other verdict; the build stays the same
+            }
         )
 
     def build_key(self, tvm_version: str) -> str:
@@ -176,8 +219,9 @@ class Build:
     ffi_version: str | None = None
     host: str | None = None
     # Microcontroller builds: flash_bytes (text + weights), ram_bytes (arena, workspace, I/O, stack
-    # estimate) and their parts; None for other executors.
-    memory: dict[str, int] | None = None
+    # estimate) and their parts. Relax VM builds (workers/memory_plan.py): params_bytes, planned_bytes
+    # (after StaticPlanBlockMemory) and ram_bytes = their sum. None when not known.
+    memory: dict[str, Any] | None = None
     # MetaSchedule tuning provenance (None when untuned): budget, trials_run, trials_from_records, tasks
     # [{name, weight, flops, trials, best_us, records_found}], failed_trials {kind: n}, errors (samples),
     # tuning_s, build_s, board_wait_s, run_s, cost_model, seed, database.
@@ -217,6 +261,25 @@ class Run:
     # What samples_ms/median_ms/... count: "ms", or "instructions" for emulated microcontrollers (a
     # deterministic count from qemu -icount, never to be ranked against milliseconds).
     unit: str = "ms"
+    # How sampling ended (workers/sampling.py): warmup count, stop reason, achieved CI and its details.
+    warmup_runs: int | None = None
+    stop_reason: str | None = None
+    ci_rel: float | None = None
+    sampling: dict[str, Any] | None = None
+    # Phases before the steady state: upload, module load, first inference (None: not measured; the
+    # phases dict then says why).
+    upload_bytes: int | None = None
+    upload_s: float | None = None
+    load_s: float | None = None
+    first_ms: float | None = None
+    phases: dict[str, Any] | None = None
+    # Resident memory of the board's session process (VmHWM, MB) and the readings it comes from, or
+    # {"available": False, "reason": ...}.
+    peak_mem_mb: float | None = None
+    memory: dict[str, Any] | None = None
+    # Board state before/after the samples (workers/board_state.py) and the warnings drawn from it.
+    board_state: dict[str, Any] | None = None
+    warnings: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -60,8 +60,55 @@ def _ts(value: float | None) -> datetime | None:
     return datetime.fromtimestamp(value, UTC) if value is not None else None
 
 
-def make_engine(url: str) -> Engine:
-    """An engine with the per-backend settings that make writes durable and concurrent."""
+class StoreError(RuntimeError):
+    """The results database cannot be opened as asked; the message names the path and what to do."""
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite:///path`` URL (None for other backends and in-memory databases)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database)
+
+
+def check_sqlite_path(path: Path) -> None:
+    """Fail at once (not after the write retries) when ``path`` cannot be a SQLite database file."""
+    from workers.onnx_model import describe_missing
+
+    if path.exists() and not path.is_file():
+        raise StoreError(
+            f"{path} {describe_missing(path)}: give the path of a database file, e.g. {path / 'results.db'}"
+        )
+    if not path.parent.is_dir():
+        raise StoreError(f"{path}: folder {path.parent} {describe_missing(path.parent)}: create it or fix the path")
+
+
+def _writable(path: Path) -> bool:
+    return os.access(path.parent, os.W_OK) and (not path.exists() or os.access(path, os.W_OK))
+
+
+def make_engine(url: str, *, read_only: bool = False) -> Engine:
+    """An engine with the per-backend settings that make writes durable and concurrent.
+
+    ``read_only`` (SQLite): open the file read-only (``mode=ro``), or as immutable where its folder is
+    not writable (a read-only mount: SQLite could not create the WAL index there, and nobody can write).
+    """
+    path = sqlite_path(url) if url.startswith("sqlite") else None
+    if path is not None and read_only:
+        from urllib.parse import quote
+
+        mode = "mode=ro" if os.access(path.parent, os.W_OK) else "immutable=1"
+        target = f"file:{quote(str(path.resolve()))}?{mode}"
+        engine = create_engine("sqlite://", creator=lambda: _sqlite_connect(target))
+
+        @event.listens_for(engine, "connect")
+        def _read_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.execute("PRAGMA query_only=ON")
+
+        return engine
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30})
 
@@ -76,6 +123,12 @@ def make_engine(url: str) -> Engine:
 
         return engine
     return create_engine(url, pool_pre_ping=True)
+
+
+def _sqlite_connect(uri: str) -> Any:
+    import sqlite3
+
+    return sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
 
 
 def _insert(session: Session, model: type[m.Base], values: dict[str, Any]) -> Insert:
@@ -122,12 +175,43 @@ def upgrade(engine: Engine) -> None:
 class ResultStore:
     """Writes to one results database (and the reads the control plane acts on)."""
 
-    def __init__(self, url: str | None = None, *, migrate: bool = True) -> None:
+    def __init__(self, url: str | None = None, *, migrate: bool = True, read_only: bool = False) -> None:
+        """Open (and migrate) the database at ``url``.
+
+        ``read_only``: for commands that only read. An existing SQLite file at the newest schema is opened
+        read-only, so it can be queried where it cannot be written (a read-only mount); one at an older
+        schema is migrated first where it is writable. Other backends open as usual.
+        """
         self.url = url or default_url()
-        self.engine = make_engine(self.url)
-        if migrate:
+        path = sqlite_path(self.url)
+        if path is not None:
+            check_sqlite_path(path)
+        self.read_only = bool(read_only and path is not None and path.is_file())
+        self.engine = make_engine(self.url, read_only=self.read_only)
+        if self.read_only and not self._at_head():
+            if not _writable(path):
+                raise StoreError(
+                    f"{path} is read-only and at an older schema: run `tvmbench db upgrade` where it is "
+                    "writable, or copy it somewhere writable"
+                )
+            self.engine.dispose()
+            self.read_only = False
+            self.engine = make_engine(self.url)
+        if not self.read_only and migrate:
             self._retry(lambda: upgrade(self.engine))
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    def _at_head(self) -> bool:
+        """Whether the database is at the newest migration (a read-only one cannot be migrated)."""
+        from alembic.config import Config
+        from alembic.runtime.migration import MigrationContext
+        from alembic.script import ScriptDirectory
+
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        head = ScriptDirectory.from_config(config).get_current_head()
+        with self.engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision() == head
 
     def close(self) -> None:
         self.engine.dispose()
@@ -146,8 +230,9 @@ class ResultStore:
         for i in range(attempts):
             try:
                 return fn()
-            except OperationalError:
-                if i == attempts - 1:
+            except OperationalError as exc:
+                # A file that cannot be opened stays so: say it now rather than after the back-off.
+                if i == attempts - 1 or "unable to open database file" in str(exc):
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -319,6 +404,7 @@ class ResultStore:
                 "ram_bytes": (build.memory or {}).get("ram_bytes"),
                 "memory": build.memory,
                 **tuning_columns(build.tuning),
+                **static_memory_columns(build.memory),
             }
             upsert(s, m.Build, values, ["build_key"])
 
@@ -371,6 +457,8 @@ class ResultStore:
                 "builds_in_flight": run.builds_in_flight,
                 "equivalent_to": run.equivalent_to,
                 "kernel_profile": run.kernel_profile,
+                **{name: getattr(run, name) for name in m.RUN_DETAIL_FIELDS},
+                "warnings": list(run.warnings),
                 "started_at": _ts(run.started_at),
                 "finished_at": _ts(run.finished_at),
             }
@@ -698,3 +786,13 @@ def tuning_record_rank(trace: list[Any], run_secs: list[float] | None) -> tuple[
     insts = trace[0] if trace else []
     scheduled = bool(insts) and insts[0][0] != "EnterPostproc"
     return mean, scheduled and any(t != records.MS_FAILED_RUN_S for t in times)
+
+def static_memory_columns(memory: dict[str, Any] | None) -> dict[str, int | None]:
+    """params_bytes and planned_bytes of a build's memory dict, for VM and microcontroller builds alike:
+    a microcontroller's weights are its parameters, its arena and workspace its planned storage."""
+    memory = memory or {}
+    params = memory.get("params_bytes", memory.get("weights_bytes"))
+    planned = memory.get("planned_bytes")
+    if planned is None and "arena_bytes" in memory:
+        planned = memory["arena_bytes"] + memory.get("workspace_bytes", 0)
+    return {"params_bytes": params, "planned_bytes": planned}

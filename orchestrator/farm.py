@@ -104,9 +104,16 @@ def stop_pid(pid: int, timeout_s: float = 5.0) -> None:
             time.sleep(0.05)
 
 
+# The tracker runs in this one process. `python -m tvm.exec.rpc_tracker` serves from a PopenWorker child
+# instead, which PR_SET_PDEATHSIG does not reach: it kept listening after its driver was SIGKILLed.
+_TRACKER_MAIN = (
+    "import sys; from tvm.rpc.tracker import PopenTrackerServerState as State; "
+    "State(sys.argv[1], int(sys.argv[2]), int(sys.argv[2]) + 1, silent=True).thread.join()"
+)
+
+
 def _tracker_cmd(host: str, port: int) -> list[str]:
-    port_range = ["--port", str(port), "--port-end", str(port + 1)]
-    return [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", host, *port_range, "--silent"]
+    return [sys.executable, "-c", _TRACKER_MAIN, host, str(port)]
 
 
 @dataclass

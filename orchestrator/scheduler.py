@@ -9,7 +9,6 @@ being timed. Each run records the load it ran under.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import time
 from collections import Counter, defaultdict
@@ -31,8 +30,8 @@ from workers.aot.boards import is_mcu_target
 from workers.artifacts import ArtifactCache
 from workers.build_common import tvm_versions
 from workers.executors.registry import build_job, measure_job
-from workers.onnx_model import seeded_inputs
-from workers.reference import reference_outputs
+from workers.onnx_model import load_inputs_file, seeded_inputs
+from workers.reference import reference_outputs, reference_problem
 from workers.tracker_client import tracker_summary
 
 CANCEL_POLL_S = 0.5  # how often a running sweep looks at its cancel flag
@@ -41,14 +40,20 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 
 
 def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
-    """Connect to a Ray cluster, or start a local instance bound to loopback with no dashboard."""
+    """Connect to a Ray cluster, or start tvmbench's local instance (orchestrator/local_ray.py)."""
+    if address is None:
+        from orchestrator.local_ray import hold_ray_to_loopback
+
+        hold_ray_to_loopback()  # before `import ray`: Ray reads it then
     import ray
 
     if ray.is_initialized():
         return
     if address is None:
-        # Without this a local Ray binds all interfaces and talks over the node's network address.
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        from orchestrator.local_ray import start_local_ray
+
+        start_local_ray(num_cpus)
+        return
     ray.init(
         address=address,
         num_cpus=num_cpus,
@@ -209,7 +214,7 @@ class _Sweep:
     def run(self, jobs: list[Job], outcome: SweepOutcome) -> None:
         ray = self.ray
         by_build: dict[str, list[Job]] = defaultdict(list)
-        for job in jobs:
+        for job in self._with_reference(jobs, outcome):
             by_build[job.build_key(self.tvm_version)].append(job)
         to_build: list[str] = []
         self.builds: dict[str, Build] = {}
@@ -466,12 +471,51 @@ class _Sweep:
         self.counts["built"] += 1
         self.progress("built", dict(self.counts))
 
+    def _inputs(self, job: Job) -> dict[str, np.ndarray]:
+        """The job's input arrays: its model's .npz inputs file, or drawn from the seed (and value ranges)."""
+        model = job.model
+        if model.inputs_file_sha256:
+            return load_inputs_file(self.spec.input_files[model.inputs_file_sha256], model.inputs)
+        return seeded_inputs(model.inputs, job.measure.seed, {n: (lo, hi) for n, lo, hi in model.value_ranges})
+
+    @staticmethod
+    def _reference_key(job: Job) -> tuple[Any, ...]:
+        model = job.model
+        return (model.sha256, model.value_ranges, model.inputs_file_sha256, job.measure.seed)
+
     def _reference(self, job: Job) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-        key = (job.model.sha256, job.measure.seed)
+        """The job's inputs and ONNX Runtime's outputs for them (computed once per model, inputs and seed)."""
+        key = self._reference_key(job)
         if key not in self.references:
-            inputs = seeded_inputs(job.model.inputs, job.measure.seed)
+            inputs = self._inputs(job)
             self.references[key] = (inputs, reference_outputs(self.model_data[job.model.sha256], inputs))
         return self.references[key]
+
+    def _with_reference(self, jobs: list[Job], outcome: SweepOutcome) -> list[Job]:
+        """The jobs whose reference outputs ONNX Runtime computes; the others end now as one `model` row.
+
+        A reference that raises (an index out of range, an input ONNX Runtime refuses) is the model's
+        or the inputs' fault, not the sweep's: the other models go on, and a resume does not retry it.
+        """
+        ok, failed = [], {}
+        for job in jobs:
+            key = self._reference_key(job)
+            if key not in failed:
+                try:
+                    self._reference(job)
+                except Exception as exc:  # ONNX Runtime's errors have no common base class
+                    try:
+                        inputs = self._inputs(job)
+                    except Exception:  # the inputs themselves failed: the message names what it can
+                        inputs = {}
+                    source = "given" if job.model.inputs_file_sha256 else "seeded"
+                    failed[key] = reference_problem(job.model.name, inputs, exc, source)
+            if key in failed:
+                self.store.finish_job(self.sweep_id, job.key, "model", failed[key])
+                self._count(outcome, "model")
+            else:
+                ok.append(job)
+        return ok
 
     def _submit_measure(self, job: Job, attempt: int, builds_running: int) -> Any:
         inputs, reference = self._reference(job)

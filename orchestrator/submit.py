@@ -39,6 +39,10 @@ class SubmitError(RuntimeError):
     """The sweep cannot be submitted or found; the message is one line saying what to do."""
 
 
+class NotFound(SubmitError):
+    """The sweep or its Ray job does not exist (the CLI exits 2, like every other lookup)."""
+
+
 @dataclass(frozen=True)
 class Submitted:
     sweep_id: str
@@ -58,15 +62,19 @@ def stage_sweep(sweep_file: Path, dest: Path) -> str:
     base = sweep_file.parent
     models = []
     for i, table in enumerate(data.get("models", [])):
-        if not isinstance(table, dict) or "path" not in table:
-            continue  # bundled models (onnx = "...") come with the onnx package on the cluster
-        given = str(table["path"])
-        if Path(given).is_absolute():
-            raise SubmitError(
-                f"models[{i}].path = {given!r} is absolute: write it relative to the sweep file so the "
-                "model can travel with the job"
-            )
-        models.append((base / given).resolve())
+        if not isinstance(table, dict):
+            continue
+        # Bundled models (onnx = "...") come with the onnx package on the cluster; inputs files travel too.
+        for key in ("path", "inputs_file"):
+            if key not in table:
+                continue
+            given = str(table[key])
+            if Path(given).is_absolute():
+                raise SubmitError(
+                    f"models[{i}].{key} = {given!r} is absolute: write it relative to the sweep file so the "
+                    "file can travel with the job"
+                )
+            models.append((base / given).resolve())
     root = Path(_common_root([base, *[p.parent for p in models]]))
     for path in [sweep_file, *models]:
         target = dest / path.relative_to(root)
@@ -220,7 +228,7 @@ def sweep_status(sweep_ref: str, *, store: Any | None, ray_address: str | None) 
             )
     if "state" not in status and "ray_status" not in status:
         where = " or ".join(w for w, on in (("the database", store is not None), ("Ray", bool(ray_address))) if on)
-        raise SubmitError(
+        raise NotFound(
             f"no sweep {sweep_ref!r} in {where}; `tvmbench results sweeps` lists stored sweeps"
             + ("" if ray_address else ", --ray-address finds submitted ones")
         )
@@ -230,7 +238,7 @@ def sweep_status(sweep_ref: str, *, store: Any | None, ray_address: str | None) 
 def _submission_or_fail(client: Any, sweep_ref: str) -> Any:
     job = latest_submission(client, sweep_ref)
     if job is None:
-        raise SubmitError(f"no Ray job for sweep {sweep_ref!r} on this cluster; `tvmbench sweep submit` starts one")
+        raise NotFound(f"no Ray job for sweep {sweep_ref!r} on this cluster; `tvmbench sweep submit` starts one")
     return job
 
 
@@ -286,7 +294,7 @@ def cancel_local(store: Any, sweep_ref: str, *, wait_s: float = 30.0, poll_s: fl
     """
     sweep = store.get_sweep(sweep_ref)
     if sweep is None:
-        raise SubmitError(f"no sweep {sweep_ref!r} in {store.url}; `tvmbench results sweeps` lists them")
+        raise NotFound(f"no sweep {sweep_ref!r} in {store.url}; `tvmbench results sweeps` lists them")
     before = store.request_cancel(sweep.id)
     if before not in ("complete", "cancelled"):
         if before in ("running", "cancelling"):

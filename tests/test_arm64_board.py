@@ -147,3 +147,23 @@ def test_farm_up_unknown_board_kind_is_one_line_error(home: Path) -> None:
     result = CliRunner().invoke(app, ["farm", "up", "--board", "pdp11"])
     assert result.exit_code == 1
     assert "'pdp11' is not a board this machine can emulate" in result.output and "arm64-emu" in result.output
+
+
+@pytest.mark.arm64
+def test_board_state_and_memory_come_from_host_and_emulated_boards(arm_sweep) -> None:
+    """The agent reads board state and session memory on both boards, under qemu too."""
+    _, rows, store, _ = arm_sweep
+    for target in ("host", "arm64-emu"):
+        runs = reads.job_detail(store, rows[target]["job_key"])["runs"]
+        run = next(r for r in runs if r["status"] == "ok")
+        for when in ("before", "after"):
+            state = run["board_state"][when]
+            assert set(state) >= {"cpufreq", "thermal", "load_avg", "time"}, state
+            for part in ("cpufreq", "thermal"):  # a reading, or unavailable with its reason: never empty
+                assert state[part]["available"] is True or state[part]["reason"]
+        assert run["memory"]["available"] is True and run["peak_mem_mb"] > 0
+        assert run["memory"]["after_runs"]["vmhwm_kb"] >= run["memory"]["before_load"]["vmrss_kb"]
+        assert run["first_ms"] > 0 and run["phases"]["first_inference"]["source"] == "board"
+        assert run["upload_bytes"] > 0 and run["load_s"] > 0
+        if not state["cpufreq"]["available"]:
+            assert not run["warnings"]  # no cpufreq is "unavailable", not a false governor warning

@@ -112,7 +112,7 @@ def test_show_diff_of_pass_traces_and_missing_profile(store) -> None:  # type: i
     assert "+FuseOps" in out and "-Normalize" not in out
     assert "kernel profile: not recorded" in out
     code, out = _cli("results", "show", a.job_key[:10], "--diff", "ffffffffff", "--db", store.url)
-    assert code == 1 and "no job with key starting 'ffffffffff' to diff against" in out
+    assert code == 2 and "no job with key starting 'ffffffffff' to diff against" in out  # not found
 
 
 def test_kernel_profile_shapes_are_normalised() -> None:

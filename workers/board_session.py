@@ -175,14 +175,17 @@ def checked_session(
     golden: GoldenModel | None,
     golden_check: GoldenCheck | None,
     checked_boards: frozenset[str],
+    artifact_arch: str | None = None,
     **request: Any,
 ) -> Session | Run:
     """A session on a board that passed its health check, or the Run that says why there is none.
 
     A board not in ``checked_boards`` first runs the golden model, in a session of its own (a session
     that loaded one program failed loading a second here: kShutdown), then the job asks again. A failed
-    check ends the attempt as ``infra`` with ``health="failed"`` on that board. All waits share one
-    deadline, ``device_wait_s``.
+    check ends the attempt as ``infra`` with ``health="failed"`` on that board. A board the job's own
+    artifact (``artifact_arch``) cannot run on is not checked: the golden model was built for the same
+    target and would fail there too, blaming the board for the job's ``build`` error. All waits share
+    one deadline, ``device_wait_s``.
     """
     checked = set(checked_boards)
     wait_until = time.monotonic() + job.measure.device_wait_s
@@ -191,6 +194,8 @@ def checked_session(
         if isinstance(session, Run) or golden is None or golden_check is None or session.board_id in checked:
             return session
         board_id, facts = session.board_id, board_facts(session.remote)
+        if not arch_compatible(artifact_arch, (facts or {}).get("arch")):
+            return session  # the job ends as a `build` error on it, which is not the board's fault
         problem = golden_check(session.remote, golden, job)
         del session  # closes the golden model's session
         gc.collect()
@@ -229,7 +234,14 @@ def run_attempt(
     if corrupted is not None:
         return corrupted
     session = checked_session(
-        job, tracker, base, golden=golden, golden_check=golden_check, checked_boards=checked_boards, **request
+        job,
+        tracker,
+        base,
+        golden=golden,
+        golden_check=golden_check,
+        checked_boards=checked_boards,
+        artifact_arch=build.artifact_arch,
+        **request,
     )
     if isinstance(session, Run):
         return session

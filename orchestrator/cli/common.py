@@ -11,19 +11,24 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from answers.query import NoSuchJob, QueryError
 from core.errors import one_line
-from db.store import ResultStore, default_home
+from db.store import ResultStore, StoreError, default_home
 from orchestrator.farm import FarmError
 from orchestrator.spec import SpecError, SweepSpec, load_spec
-from orchestrator.submit import SubmitError
+from orchestrator.submit import NotFound, SubmitError
 
 T = TypeVar("T")
 
-# Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default.
-console = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+# Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default. No markup:
+# model paths, keys, presets, job ids and messages are user text ("[axes]", "[/x]") and print as written;
+# styles are given as rich Text.
+console = Console(width=None if sys.stdout.isatty() else 200, markup=False)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200, markup=False)
+NOT_FOUND = 2  # the exit status of every lookup that finds nothing (sweep, job, board), like a bad argument
+MAX_BOARDS = 64  # board agents one command may start here: each is a process holding a TVM runtime
 
 DbOpt = Annotated[
     str | None,
@@ -44,13 +49,13 @@ TrackerOpt = Annotated[
 
 def fail(message: str, code: int = 1) -> None:
     """Print one error line and exit non-zero."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
 def note(message: str) -> None:
     """A progress note on stderr (dimmed), for long steps such as provisioning a board."""
-    err.print(f"[dim]{message}[/]")
+    err.print(message, style="dim", highlight=False)
 
 
 def home() -> Path:
@@ -60,10 +65,14 @@ def home() -> Path:
     return path
 
 
-def open_store(db: str | None) -> ResultStore:
-    """The results database, or one error line naming it."""
+def open_store(db: str | None, read_only: bool = False) -> ResultStore:
+    """The results database, or one error line naming it; ``read_only`` for commands that only read
+    (they then work on a database they cannot write, such as one on a read-only mount)."""
     try:
-        return ResultStore(db)
+        return ResultStore(db, read_only=read_only)
+    except StoreError as exc:
+        fail(f"cannot open results database: {exc}")
+        raise  # unreachable: fail exits
     except Exception as exc:
         fail(f"cannot open results database {db or '(default)'}: {one_line(exc)}")
         raise  # unreachable: fail exits
@@ -87,9 +96,9 @@ def failures_as_lines() -> Iterator[None]:
     """The library's own errors (each one line saying what to do) end the command: exit 2 for bad input, else 1."""
     try:
         yield
-    except (QueryError, SpecError) as exc:
+    except (QueryError, SpecError, NotFound, NoSuchJob) as exc:
         fail(str(exc), code=2)
-    except (FarmError, SubmitError, NoSuchJob) as exc:
+    except (FarmError, SubmitError) as exc:
         fail(str(exc))
 
 

@@ -8,14 +8,27 @@ import typer
 
 from answers import query, report
 from orchestrator import farm
-from orchestrator.cli.common import DbOpt, JsonOpt, TrackerOpt, call, console, fail, home, note, open_store, print_json
+from orchestrator.cli.common import (
+    MAX_BOARDS,
+    NOT_FOUND,
+    DbOpt,
+    JsonOpt,
+    TrackerOpt,
+    call,
+    console,
+    fail,
+    home,
+    note,
+    open_store,
+    print_json,
+)
 
 app = typer.Typer(no_args_is_help=True, help="The device farm: a TVM RPC tracker and its boards.")
 
 
 @app.command("up")
 def farm_up(
-    boards: Annotated[int, typer.Option(help="Number of host CPU boards.")] = 1,
+    boards: Annotated[int, typer.Option(help="Number of host CPU boards.", min=0, max=MAX_BOARDS)] = 1,
     key: Annotated[str, typer.Option(help="Tracker key of the boards.")] = "host",
     host: Annotated[
         str, typer.Option(help="Address to bind. Anything but 127.0.0.1 exposes remote code execution.")
@@ -83,7 +96,7 @@ def farm_list(
     address = tracker or farm.configured_tracker(home())
     if not address:
         fail("no farm configured: `tvmbench farm up` starts a local one, `tvmbench farm connect HOST:PORT` uses yours")
-    known = {b.id: b for b in query.boards(open_store(db))}
+    known = {b.id: b for b in query.boards(open_store(db, read_only=True))}
     try:
         rows = farm.board_list(address, known, live=live)
     except OSError as exc:
@@ -101,5 +114,5 @@ def farm_reset(board: str, db: DbOpt = None) -> None:
     """End a board's quarantine (BOARD: its id from `farm list`, or a prefix): it gets work again."""
     ids = open_store(db).reset_board(board)
     if not ids:
-        fail(f"no board {board!r} in the results database; `tvmbench farm list` shows the board ids")
+        fail(f"no board {board!r} in the results database; `tvmbench farm list` shows the board ids", code=NOT_FOUND)
     console.print(f"reset to ok (health check runs before its next job): {', '.join(ids)}")

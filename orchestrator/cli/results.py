@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from answers import analysis_views, compare, html_report, query, ranking, regressions, report, why
 from answers import tuning as tuning_answers
@@ -22,7 +24,7 @@ def results_list(
     as_json: JsonOpt = False,
 ) -> None:
     """One row per job: configuration, status, median latency, error against ONNX Runtime."""
-    rows = query.results(open_store(db), sweep)
+    rows = query.results(open_store(db, read_only=True), sweep)
     if as_json:
         print_json(rows)
         return
@@ -43,7 +45,7 @@ def results_sweeps(db: DbOpt = None, as_json: JsonOpt = False) -> None:
             "tvm_version": s.tvm_version,
             "source": s.source_path,
         }
-        for s in query.sweeps(open_store(db))
+        for s in query.sweeps(open_store(db, read_only=True))
     ]
     if as_json:
         print_json(rows)
@@ -65,7 +67,7 @@ def results_show(
 ) -> None:
     """One job: configuration, build facts, pass trace, samples, errors, top kernels; --diff another job."""
     with failures_as_lines():  # unknown jobs or sweeps: one line, exit 2
-        shown = why.explain_job(open_store(db), job, sweep, diff, diff_sweep)
+        shown = why.explain_job(open_store(db, read_only=True), job, sweep, diff, diff_sweep)
     detail, other, kernels, pass_diff = shown["detail"], shown["other"], shown["kernels"], shown["pass_diff"]
     label_a, label_b = shown["labels"]
     if as_json:
@@ -75,12 +77,12 @@ def results_show(
     report.job_detail(console, detail)
     analysis_views.print_kernels(console, kernels, top)
     if other is not None:
-        console.print(f"[bold]pass trace diff[/] {label_a} -> {label_b}:", highlight=False)
+        console.print(Text.assemble(("pass trace diff", "bold"), f" {label_a} -> {label_b}:"), highlight=False)
         if not pass_diff:
             console.print(f"  identical ({shown['pass_count']} passes)")
         for line in pass_diff or []:
             style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
-            console.print(f"  [{style}]{line}[/]", highlight=False, markup=True)
+            console.print(Text(f"  {line}", style=style), highlight=False)
 
 
 # --- analysis: query, best, compare, regressions, report -------------------------------------------
@@ -146,27 +148,45 @@ def results_query(
         str | None, typer.Option("--pivot", help="Column whose values become columns (median ms of ok jobs).")
     ] = None,
     limit: Annotated[int | None, typer.Option(help="At most this many rows (before grouping).")] = None,
+    max_memory_mb: Annotated[
+        float | None,
+        typer.Option(
+            "--max-memory-mb",
+            help="Only configurations whose peak memory (board-measured, or a microcontroller's static RAM) "
+            "is at most this many MB: which ones fit.",
+        ),
+    ] = None,
     db: DbOpt = None,
     as_json: JsonOpt = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
 ) -> None:
     """Filter results; optionally group (counts, median/fastest/slowest of ok medians) or pivot them."""
+    if max_memory_mb is not None and max_memory_mb <= 0:
+        fail(f"--max-memory-mb {max_memory_mb:g}: give the board's memory in MB, e.g. --max-memory-mb 512", code=2)
     filters = _filters(sweep, model, target, board, executor, opt_level, pipeline, status, since, until)
+    filters = replace(filters, max_memory_mb=max_memory_mb)
     table_only = not (group_by or pivot or as_json or as_csv)
     if table_only and limit is None:
         limit = TABLE_ROWS  # a terminal table of a million rows helps nobody; --csv/--json give them all
+    store = open_store(db, read_only=True)
     with failures_as_lines():
-        df = query.query(open_store(db), filters, limit=limit)
+        df = query.query(store, filters, limit=limit)
         if pivot:
             df = query.pivot(df, _split(group_by), pivot)
         elif group_by:
             df = query.group(df, _split(group_by))
         elif not (as_json or as_csv):
             df = df[["job_key", "sweep_label", "model", "target", "board", "executor", "opt_level", "pipeline",
-                     "status", "unit", "median", "std", "max_abs_err", "emulated"]]  # fmt: skip
+                     "status", "unit", "median", "std", "peak_mem_mb", "max_abs_err", "emulated"]]  # fmt: skip
+        unknown = query.unknown_memory_count(store, filters) if max_memory_mb is not None else 0
     analysis_views.write_frame(console, df, filters.describe(), "json" if as_json else "csv" if as_csv else "table")
     if table_only and len(df) == limit:
         console.print(f"showing the first {limit} rows: --limit N shows more, --csv or --json all of them")
+    if unknown and not (as_json or as_csv):
+        console.print(
+            f"{unknown} ok result(s) with no memory figure were left out (stock RPC server boards, runs before "
+            "migration 0005): their fit is unknown, not assured"
+        )
 
 
 @app.command("best")
@@ -180,17 +200,24 @@ def results_best(
     executor: ExecutorOpt = None,
     pipeline: PipelineOpt = None,
     confidence: Annotated[float, typer.Option(help="Confidence level of the bootstrap intervals.")] = 0.95,
+    metric: Annotated[
+        str,
+        typer.Option(
+            help="steady: the median of the steady-state samples; first: the first inference after load "
+            "(what a cold start waits for)."
+        ),
+    ] = "steady",
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Per (model, board): the fastest configuration whose outputs were correct, its speed-ups and certainty."""
     filters = _filters(sweep, model, target, board, executor, None, pipeline, None, None, None)
     with failures_as_lines():
-        rows = ranking.best(open_store(db), filters, confidence=confidence)
+        rows = ranking.best(open_store(db, read_only=True), filters, confidence=confidence, metric=metric)
     if as_json:
         print_json(analysis_views.records(rows))
         return
-    analysis_views.print_best(console, rows, confidence)
+    analysis_views.print_best(console, rows, confidence, metric)
     tuning_answers.print_side_by_side(console, rows)  # tuned beside untuned, when the sweep tuned
 
 
@@ -206,7 +233,7 @@ def results_compare(
 ) -> None:
     """Matched jobs of two sweeps: ratio B/A, its CI, a rank test on the samples; exit 1 on regressions."""
     with failures_as_lines():
-        result = compare.compare(open_store(db), sweep_a, sweep_b, threshold=threshold, alpha=alpha)
+        result = compare.compare(open_store(db, read_only=True), sweep_a, sweep_b, threshold=threshold, alpha=alpha)
     if as_json:
         print_json(
             {
@@ -246,7 +273,9 @@ def results_regressions(
     filters = _filters(sweep, model, target, board, executor, None, None, None, None, None)
     params = regressions.Params(lookback=lookback, z=z, threshold=threshold)
     with failures_as_lines():
-        rows = regressions.find(open_store(db), filters, method=method, params=params, include_all=show_all)
+        rows = regressions.find(
+            open_store(db, read_only=True), filters, method=method, params=params, include_all=show_all
+        )
     if as_json:
         print_json(analysis_views.records(rows))
         return
@@ -261,5 +290,5 @@ def report_cmd(
 ) -> None:
     """One self-contained HTML report of a sweep: latency plots, ranking, regressions, failures."""
     with failures_as_lines():
-        written = html_report.write_report(open_store(db), sweep, output, png_dir=png)
+        written = html_report.write_report(open_store(db, read_only=True), sweep, output, png_dir=png)
     console.print(f"report {written.html} ({written.plots} plot(s))" + (f", PNGs in {png}" if png else ""))

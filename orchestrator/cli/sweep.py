@@ -12,6 +12,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from answers import query, report
 from orchestrator import plan, scheduler, submit
 from orchestrator.cli.common import (
+    MAX_BOARDS,
+    NOT_FOUND,
     DbOpt,
     JsonOpt,
     TrackerOpt,
@@ -40,7 +42,7 @@ FarmResourceOpt = Annotated[
         help="Ray custom resource of the node(s) that reach the farm: measurements run only there.",
     ),
 ]
-BoardsOpt = Annotated[int, typer.Option(help="Host boards of an ephemeral local farm.")]
+BoardsOpt = Annotated[int, typer.Option(help="Host boards of an ephemeral local farm.", min=0, max=MAX_BOARDS)]
 ClusterOpt = Annotated[
     str,
     typer.Option(
@@ -60,16 +62,29 @@ def sweep_plan(
 ) -> None:
     """Dry run: the job matrix, what is already built or measured, and what will run."""
     spec = load(path, label)
-    store = open_store(db)
+    store = open_store(db, read_only=True)
     rows = plan.plan_rows(spec, store)
+    default = _default_target_note(spec)
     jobs = {job.key: job for job in plan.plan_jobs(spec)}
     for row in rows:
         if row.get("tuning") and not row["built"]:
             row["tuning_plan"] = _tuning_plan(store, spec, jobs[row["job_key"]])
     if as_json:
-        print_json({"sweep_id": spec.sweep_id, "jobs": rows})
+        print_json({"sweep_id": spec.sweep_id, "jobs": rows, **({"note": default} if default else {})})
         return
     report.plan_table(console, spec.sweep_id, rows)
+    if default:
+        console.print(default, highlight=False)
+
+
+def _default_target_note(spec: SweepSpec) -> str | None:
+    """What a sweep file without [[targets]] runs on, said rather than assumed."""
+    if not spec.default_target:
+        return None
+    return (
+        "no [[targets]] in the sweep file: using the preset `host` (this machine's CPU, board key `host`); "
+        'add [[targets]] preset = "..." to choose (`tvmbench targets list`)'
+    )
 
 
 def _tuning_plan(store, spec: SweepSpec, job) -> dict:
@@ -92,7 +107,7 @@ def _tuning_plan(store, spec: SweepSpec, job) -> dict:
 
 def _progress_bar() -> Progress:
     return Progress(
-        TextColumn("[bold]{task.description}"),
+        TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
         TextColumn("{task.fields[detail]}"),
         TimeElapsedColumn(),
@@ -171,7 +186,11 @@ def sweep_run(
 
     Exit status: 0 all ok, 1 some jobs failed, 2 invalid sweep file, 3 jobs still wait for a device.
     """
-    _execute(load(path, label), db, tracker, ray_address, boards, as_json, farm_resource)
+    spec = load(path, label)
+    default = _default_target_note(spec)
+    if default:
+        note(default)
+    _execute(spec, db, tracker, ray_address, boards, as_json, farm_resource)
 
 
 @app.command("resume")
@@ -187,7 +206,7 @@ def sweep_resume(
     store = open_store(db)
     sweep = store.get_sweep(sweep_id)
     if sweep is None:
-        fail(f"no sweep {sweep_id!r} in {store.url}; `tvmbench results sweeps` lists them")
+        fail(f"no sweep {sweep_id!r} in {store.url}; `tvmbench results sweeps` lists them", code=NOT_FOUND)
     spec = call(stored_spec, sweep)
     _execute(spec, db, tracker, ray_address, boards, as_json, reopen_cancelled=True)
 
@@ -203,7 +222,9 @@ def sweep_submit(
     tracker: TrackerOpt = None,
     label: Annotated[str | None, typer.Option(help="Submit as a new sweep under this label.")] = None,
     farm_resource: FarmResourceOpt = None,
-    boards: Annotated[int, typer.Option(help="Host boards of an ephemeral farm on the head (no --tracker).")] = 1,
+    boards: Annotated[
+        int, typer.Option(help="Host boards of an ephemeral farm on the head (no --tracker).", min=0, max=MAX_BOARDS)
+    ] = 1,
     as_json: JsonOpt = False,
 ) -> None:
     """Send a sweep to a Ray cluster as a Ray job and return its sweep id at once.
@@ -229,7 +250,7 @@ def sweep_submit(
         return
     already = " (already running: nothing new submitted)" if submitted.already_running else ""
     console.print(f"{submitted.sweep_id}{already}", highlight=False)
-    err.print(f"[dim]Ray job {submitted.submission_id}; follow with `tvmbench sweep status {submitted.sweep_id}`[/]")
+    note(f"Ray job {submitted.submission_id}; follow with `tvmbench sweep status {submitted.sweep_id}`")
 
 
 @app.command("status")
@@ -242,7 +263,7 @@ def sweep_status_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Progress of a sweep: job counts from the database and the state of its Ray job."""
-    status = call(submit.sweep_status, sweep_id, store=open_store(db), ray_address=ray_address)
+    status = call(submit.sweep_status, sweep_id, store=open_store(db, read_only=True), ray_address=ray_address)
     if as_json:
         print_json(status)
         return

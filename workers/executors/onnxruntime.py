@@ -21,6 +21,8 @@ from core.records import Build, Job, Run, canonical_hash
 from workers.board_session import arch_mismatch, check_outputs, ok_run, run_attempt, run_base
 from workers.build_common import build_identity
 from workers.executors.base import Executor, not_mcu
+from workers.phases import PhaseLog
+from workers.sampling import SamplingPlan, sample
 from workers.tracker_client import Session
 
 NAME = "onnxruntime"
@@ -109,26 +111,41 @@ def _on_board(
             **base,
         )
     name = f"tvmbench-{build.artifact_sha256[:16]}.onnx"
-    remote.upload(bytearray(model), name)
+    log = PhaseLog()
+    log.read_memory(remote, "before_load")
+    log.upload(remote, model, name)
+    log.notes["load"] = log.notes["first_inference"] = {
+        "available": False,
+        "reason": "ONNX Runtime loads and runs inside the agent's tvmbench.onnxruntime call (not timed apart)",
+    }
     names = [n for n, _, _ in job.model.inputs]
     dev = remote.cpu(0)
     args = [tvm.runtime.tensor(inputs[n], dev) for n in names]
     load = os.getloadavg()[0]
-    answer = json.loads(run_fn(name, settings.number, settings.repeat, json.dumps(names), *args))
+    answer = json.loads(run_fn(name, settings.number, 1, json.dumps(names), *args))
     if not answer.get("available"):
         return Run(status="build", error=f"{base['board_id']}: {answer.get('reason')}", finished_at=time.time(), **base)
     outputs = [np.load(io.BytesIO(base64.b64decode(o)), allow_pickle=False) for o in answer["outputs"]]
     max_abs, max_rel, wrong = check_outputs(outputs, reference, settings, base)
     if wrong is not None:
         return wrong
+
+    def timer(k: int) -> list[float]:  # each ask opens a fresh InferenceSession on the board, untimed
+        return json.loads(run_fn(name, settings.number, k, json.dumps(names), *args))["samples_ms"]
+
+    log.read_state(remote, "before")
+    sampled = sample(timer, SamplingPlan.from_settings(settings))
+    log.read_state(remote, "after")
+    log.read_memory(remote, "after_runs")
     if settings.profile:
         base["kernel_profile"] = {"available": False, "reason": "the onnxruntime executor has no per-kernel view"}
     return ok_run(
-        answer["samples_ms"],
+        sampled.samples_ms,
         max_abs_err=max_abs,
         max_rel_err=max_rel,
         load_avg_1m=load,
         builds_in_flight=builds_in_flight,
+        **log.fields(sampled),
         **base,
     )
 

@@ -6,8 +6,10 @@ fingerprinted, so the database can say whether two configurations built the same
 are separate functions (import -> pipeline -> fingerprint -> codegen/export) so that a stage such as
 tuning slots in between the pipeline and codegen.
 
-Runner: upload the library, open a VM on the board, check the outputs against ONNX Runtime, time
-"main" with TVM's time_evaluator, optionally profile every kernel call on the board.
+Runner: upload the library, open a VM on the board, check the outputs of its first inference against
+ONNX Runtime, time "main" with TVM's time_evaluator in batches until the stop rule fires
+(workers/sampling.py), optionally profile every kernel call on the board. Upload, load, first inference,
+the session's memory and the board's state are measured apart (workers/phases.py).
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ from workers.artifacts import elf_arch
 from workers.board_session import arch_mismatch, check_outputs, ok_run, run_attempt, run_base
 from workers.build_common import build_identity, make_target, pass_trace_instrument
 from workers.executors.base import Executor, not_mcu
+from workers.memory_plan import memory_plan_probe
+from workers.phases import PhaseLog
 from workers.reference import compare
+from workers.sampling import SamplingPlan, sample, time_evaluator_timer
 from workers.targets import target_kind
 from workers.tracker_client import Session
 
@@ -167,11 +172,12 @@ class RelaxVmBuilder:
         except BuildFailed as failed:
             return failed.build, None
         trace = pass_trace_instrument()
+        memory = memory_plan_probe()  # the static memory plan, taken after StaticPlanBlockMemory
         started = time.perf_counter()
         tuning: dict[str, Any] | None = None
         try:
             target = make_target(job.target.tvm_target)
-            with tvm.transform.PassContext(opt_level=job.opt_level, instruments=[trace]):
+            with tvm.transform.PassContext(opt_level=job.opt_level, instruments=[trace, memory]):
                 if job.tuning:
                     from workers.tuning.stage import TuningEnv, tuned_lowering
 
@@ -200,8 +206,17 @@ class RelaxVmBuilder:
             artifact_size=len(data),
             artifact_arch=elf_arch(data),
             tuning=tuning,
+            memory=_static_memory(memory),
             **common,
         ), data
+
+
+def _static_memory(probe: Any) -> dict[str, Any] | None:
+    """The build's static memory plan, or a record of why there is none (never a made-up zero)."""
+    try:
+        return probe.result()
+    except ValueError as exc:
+        return {"kind": "relax-static-plan", "available": False, "reason": str(exc)}
 
 
 # --- run --------------------------------------------------------------------------------------------
@@ -343,30 +358,31 @@ class RelaxVmRunner:
             return wrong_arch
         remote, settings = session.remote, job.measure
         dev = device(remote, job)
-        vm = _load_vm(remote, artifact, build.artifact_sha256, dev)
+        log = PhaseLog()  # workers/phases.py: upload, load, first inference, memory and board state apart
+        log.read_memory(remote, "before_load")
+        log.upload(remote, artifact, artifact_name(build.artifact_sha256))
+        vm = log.load_vm(remote, artifact_name(build.artifact_sha256), dev)
         args = [tvm.runtime.tensor(inputs[n], dev) for n, _, _ in job.model.inputs]
-        outputs = _run_outputs(vm, args)
+        log.read_memory(remote, "after_load")
+        log.first_inference(remote, vm, dev, args)
+        outputs = _outputs_to_numpy(vm.get_outputs("main"))
         max_abs, max_rel, wrong = check_outputs(outputs, reference, settings, base)
         if wrong is not None:
             return wrong
         load = os.getloadavg()[0]
-        timer = vm.time_evaluator(
-            "main",
-            dev,
-            number=settings.number,
-            repeat=settings.repeat,
-            min_repeat_ms=settings.min_repeat_ms,
-            cooldown_interval_ms=settings.cooldown_ms,
-        )
-        samples = [float(r) * 1e3 for r in timer(*args).results]
+        log.read_state(remote, "before")
+        sampled = sample(time_evaluator_timer(vm, dev, settings, args), SamplingPlan.from_settings(settings))
+        log.read_state(remote, "after")
+        log.read_memory(remote, "after_runs")
         if settings.profile:
             base["kernel_profile"] = kernel_profile(remote, artifact_name(build.artifact_sha256), args, settings.repeat)
         return ok_run(
-            samples,
+            sampled.samples_ms,
             max_abs_err=max_abs,
             max_rel_err=max_rel,
             load_avg_1m=load,
             builds_in_flight=builds_in_flight,
+            **log.fields(sampled),
             **base,
         )
 
