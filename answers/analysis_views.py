@@ -43,6 +43,19 @@ def records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: _jsonable(v) for k, v in r.items()} for r in rows]
 
 
+def comparison_json(result: Comparison) -> dict[str, Any]:
+    """What `results compare --json` prints (NaN as null): the summary, the geomean and every matched row."""
+    return {
+        "sweep_a": result.sweep_a,
+        "sweep_b": result.sweep_b,
+        "summary": result.summary(),
+        "geomean_ratio": _jsonable(result.geomean_ratio),
+        "only_a": result.only_a,
+        "only_b": result.only_b,
+        "rows": records(result.rows),
+    }
+
+
 def write_frame(console: Console, df: pd.DataFrame, title: str, fmt_name: str) -> None:
     """A DataFrame as a table, JSON records or CSV on stdout."""
     if fmt_name == "csv":

@@ -10,8 +10,10 @@ import base64
 import html
 import io
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -169,35 +171,99 @@ def _table(rows: list[dict[str, Any]], columns: list[tuple[str, str]], row_class
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def write_report(store: ResultStore, sweep_ref: str, out: Path, *, png_dir: Path | None = None) -> Written:
-    """Write the report of sweep ``sweep_ref`` to ``out`` (and each plot to ``png_dir`` if given)."""
-    sweep = q.resolve_sweep(store, sweep_ref)
-    df = q.query(store, q.Filters(sweep=sweep.id), with_samples=True)
+@dataclass(frozen=True)
+class Plot:
+    """One plot of a sweep: a file-name stem, its caption and the PNG."""
+
+    stem: str
+    caption: str
+    png: bytes
+
+
+NOT_FAILED = ("ok", "pending", "pending-device")
+
+
+def sweep_frame(store: ResultStore, sweep_id: str) -> pd.DataFrame:
+    """The sweep's jobs with their samples, as the report and the dashboard plot them."""
+    return q.query(store, q.Filters(sweep=sweep_id), with_samples=True)
+
+
+@dataclass(frozen=True)
+class PlotSpec:
+    """A plot of a sweep before it is drawn: ``draw()`` makes the figure (the slow part)."""
+
+    stem: str
+    caption: str
+    draw: Callable[[], Figure]
+
+
+def plot_specs(df: pd.DataFrame) -> list[PlotSpec]:
+    """The report's plots of a sweep frame (``sweep_frame``), undrawn: latency per (model, board, unit,
+    emulated), then failures by kind. Cheap: a page can list them and draw each one when it is asked for."""
     ok = df[(df["status"] == "ok") & df["median"].notna()]
-    plots: list[tuple[str, str, bytes]] = []  # (file stem, caption, png)
+    specs: list[PlotSpec] = []
     for (model, board_key, unit, emulated), group in ok.groupby(ranking.RANK_KEYS, sort=True):
-        fig = latency_figure(group, model, board_key, unit, bool(emulated))
         caption = f"Latency of {model} on {board_key} ({unit}{', emulated' if emulated else ''})"
-        plots.append((_slug("latency", model, board_key, unit, "emu" if emulated else "hw"), caption, _png(fig)))
+        stem = _slug("latency", model, board_key, unit, "emu" if emulated else "hw")
+        specs.append(PlotSpec(stem, caption, partial(latency_figure, group, model, board_key, unit, bool(emulated))))
     for (model, board_key, unit, emulated), group in ok.groupby(ranking.RANK_KEYS, sort=True):
         contenders = group[group["executor"] != ranking.BASELINE_EXECUTOR]
         if not any(tuning_answers.is_tuned(b) for b in contenders["tuning_budget"]):
             continue
         ort_rows = group[group["executor"] == ranking.BASELINE_EXECUTOR]["median"]
         ort = float(ort_rows.min()) if len(ort_rows) else None
-        fig = trials_figure(contenders, model, board_key, unit, bool(emulated), ort)
         caption = f"Latency of {model} on {board_key} against MetaSchedule trials ({unit})"
-        plots.append((_slug("trials", model, board_key, unit, "emu" if emulated else "hw"), caption, _png(fig)))
-    failed = Counter(s for s in df["status"] if s not in ("ok", "pending", "pending-device"))
+        stem = _slug("trials", model, board_key, unit, "emu" if emulated else "hw")
+        draw = partial(trials_figure, contenders, model, board_key, unit, bool(emulated), ort)
+        specs.append(PlotSpec(stem, caption, draw))
+    failed = Counter(s for s in df["status"] if s not in NOT_FAILED)
     if failed:
-        plots.append(("failures", "Failed jobs by kind", _png(failures_figure(failed))))
+        specs.append(PlotSpec("failures", "Failed jobs by kind", partial(failures_figure, failed)))
+    return specs
 
+
+def sweep_plots(df: pd.DataFrame) -> list[Plot]:
+    """Every plot of ``plot_specs`` drawn as PNG."""
+    return [Plot(spec.stem, spec.caption, _png(spec.draw())) for spec in plot_specs(df)]
+
+
+def failure_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The failed jobs of a sweep frame, each with the first line of its error (at most 300 characters)."""
+    return [
+        {**r, "job_key": r["job_key"][:12], "error": r["error"].splitlines()[0][:300] if r["error"] else ""}
+        for r in df[~df["status"].isin(NOT_FAILED)].to_dict("records")
+    ]
+
+
+def failures_by_kind(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Failed jobs grouped by kind (most first), and within a kind by the first line of their error.
+
+    [{"kind", "count", "messages": [{"message", "count", "jobs": [{job_key, model, ..., "error"}]}]}]: ten
+    jobs that failed the same way read as one message, each job keeping its full error.
+    """
+    failed = df[~df["status"].isin(NOT_FAILED)]
+    groups: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for r in failed.to_dict("records"):
+        first_line = (r["error"] or "").strip().splitlines()[0] if (r["error"] or "").strip() else "(no message)"
+        job = {k: r[k] for k in ("job_key", "model", "target", "board_key", "executor", "opt_level", "pipeline")}
+        groups.setdefault(r["status"], {}).setdefault(first_line, []).append({**job, "error": r["error"]})
+    out = []
+    for kind, messages in groups.items():
+        listed = [{"message": msg, "count": len(jobs), "jobs": jobs} for msg, jobs in messages.items()]
+        listed.sort(key=lambda x: -x["count"])
+        out.append({"kind": kind, "count": sum(x["count"] for x in listed), "messages": listed})
+    out.sort(key=lambda x: (-x["count"], x["kind"]))
+    return out
+
+
+def write_report(store: ResultStore, sweep_ref: str, out: Path, *, png_dir: Path | None = None) -> Written:
+    """Write the report of sweep ``sweep_ref`` to ``out`` (and each plot to ``png_dir`` if given)."""
+    sweep = q.resolve_sweep(store, sweep_ref)
+    df = sweep_frame(store, sweep.id)
+    plots = [(p.stem, p.caption, p.png) for p in sweep_plots(df)]
     ranked = ranking.best(store, q.Filters(sweep=sweep.id))
     slow = regressions.find(store, q.Filters(sweep=sweep.id))
-    failures = [
-        {**r, "job_key": r["job_key"][:12], "error": r["error"].splitlines()[0][:300] if r["error"] else ""}
-        for r in df[~df["status"].isin(["ok", "pending", "pending-device"])].to_dict("records")
-    ]
+    failures = failure_rows(df)
     written = Written(out, len(plots))
     if png_dir is not None:
         png_dir.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Select, case, func, select
 
+from core.records import FINAL_STATUSES, PENDING_STATUSES
 from db import models as m
 
 if TYPE_CHECKING:
@@ -143,6 +144,58 @@ def resolve_sweep(store: ResultStore, ref: str) -> m.Sweep:
         if named is not None:
             return named
     raise QueryError(f"no sweep {ref!r} (id, id prefix, label or name); `tvmbench results sweeps` lists them")
+
+
+#: Sweep statuses of a driver still at work: their progress moves.
+ACTIVE_SWEEP_STATUSES = ("running", "cancelling")
+
+
+def sweeps_overview(
+    store: ResultStore, sweep_id: str | None = None, *, active_or: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """Every sweep, newest first, with its progress (`results sweeps`): jobs final / ok / failed / pending.
+
+    ``sweep_id`` (an exact id) narrows it to one sweep; ``active_or`` to the sweeps still running plus
+    the listed ids (what a live page polls: on a database of a million jobs it counts only those sweeps'
+    jobs, by the jobs.sweep_id index).
+    """
+    sweeps_q = select(m.Sweep).order_by(m.Sweep.created_at.desc())
+    counts_q = select(m.Job.sweep_id, m.Job.status, func.count()).group_by(m.Job.sweep_id, m.Job.status)
+    if sweep_id is not None:
+        sweeps_q, counts_q = sweeps_q.where(m.Sweep.id == sweep_id), counts_q.where(m.Job.sweep_id == sweep_id)
+    if active_or is not None:
+        sweeps_q = sweeps_q.where(m.Sweep.status.in_(ACTIVE_SWEEP_STATUSES) | m.Sweep.id.in_(list(active_or)))
+    with store.read() as s:
+        sweeps = list(s.scalars(sweeps_q))
+        if active_or is not None:
+            counts_q = counts_q.where(m.Job.sweep_id.in_([sw.id for sw in sweeps]))
+        counted = s.execute(counts_q)
+        statuses: dict[str, dict[str, int]] = {}
+        for sid, status, n in counted:
+            statuses.setdefault(sid, {})[status] = int(n)
+    rows = []
+    for sw in sweeps:
+        counts = statuses.get(sw.id, {})
+        final = sum(n for st, n in counts.items() if st in FINAL_STATUSES)
+        rows.append(
+            {
+                "sweep_id": sw.id,
+                "name": sw.name,
+                "label": sw.label,
+                "status": sw.status,
+                "jobs": sw.job_count,
+                "final": final,
+                "ok": counts.get("ok", 0),
+                "failed": final - counts.get("ok", 0),
+                "pending": sum(n for st, n in counts.items() if st in PENDING_STATUSES),
+                "statuses": dict(sorted(counts.items())),
+                "created_at": sw.created_at.isoformat(),
+                "finished_at": sw.finished_at.isoformat() if sw.finished_at else None,
+                "tvm_version": sw.tvm_version,
+                "source": sw.source_path,
+            }
+        )
+    return rows
 
 
 def base_select(columns: Sequence[str] = COLUMNS, *, with_samples: bool = False) -> Select:

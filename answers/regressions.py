@@ -20,6 +20,7 @@ import numpy as np
 from sqlalchemy import select
 
 from answers import query as q
+from answers.analysis_views import _jsonable, records
 from db import models as m
 
 if TYPE_CHECKING:
@@ -154,3 +155,49 @@ def find(
             out.append(row)
     out.sort(key=lambda r: -(r["score"] or 0))
     return out
+
+
+def history(
+    store: ResultStore, job_key: str, *, method: str = "zscore", params: Params | None = None
+) -> dict[str, Any]:
+    """Every result of one configuration (job key or unique prefix), oldest first, each judged by ``method``.
+
+    A point is flagged when it regressed against the up-to-``lookback`` ok results before it of the same
+    unit, the same rule `find` applies to the latest result only (asv's per-benchmark graph, with flags).
+    Failed results are points without a median. QueryError for an unknown or ambiguous key.
+    """
+    if method not in METHODS:
+        raise q.QueryError(f"unknown regression method {method!r}; choose from {', '.join(sorted(METHODS))}")
+    judge, p = METHODS[method], params or Params()
+    with store.engine.connect() as conn:
+        keys = list(conn.execute(select(m.Job.job_key).where(m.Job.job_key.startswith(job_key, autoescape=True))
+                                 .distinct().limit(2)).scalars())  # fmt: skip
+    if not keys:
+        raise q.QueryError(f"no job with key starting {job_key!r}; `tvmbench results list` shows the keys")
+    if len(keys) > 1:
+        raise q.QueryError(f"job key {job_key!r} is ambiguous: several configurations start with it")
+    columns = [*_COLUMNS, "status", "sweep_label", "load_avg_1m"]
+    df = q.frame(store, q.base_select(columns).where(m.Job.job_key == keys[0]))
+    df = df.sort_values(["sweep_created_at", "finished_at"], na_position="last")
+    first = df.iloc[0]
+    points: list[dict[str, Any]] = []
+    earlier: dict[tuple[str, bool], list[float]] = {}
+    for _, r in df.iterrows():
+        point = {k: r[k] for k in ("sweep_id", "sweep_label", "sweep_created_at", "finished_at", "status", "unit",
+                                   "emulated", "median", "tvm_version", "host", "load_avg_1m")}  # fmt: skip
+        point.update(regressed=False, baseline=None, score=None, history=0)
+        ok = r["status"] == "ok" and r["median"] is not None and not math.isnan(r["median"])
+        if not ok:
+            point["median"] = None
+            points.append(point)
+            continue
+        series = earlier.setdefault((r["unit"], bool(r["emulated"])), [])
+        window = series[-p.lookback :]
+        point["history"] = len(window)
+        if len(window) >= p.min_history:
+            v = judge(np.asarray(window, dtype=float), float(r["median"]), p)
+            point.update(regressed=v.regressed, baseline=v.baseline, score=v.score)
+        series.append(float(r["median"]))
+        points.append(point)
+    identity = {k: _jsonable(first[k]) for k in ("model", "target", "board_key", "executor", "opt_level", "pipeline")}
+    return {"job_key": keys[0], **identity, "method": method, "lookback": p.lookback, "points": records(points)}

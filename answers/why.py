@@ -120,3 +120,16 @@ def explain_job(
         "pass_count": len(trace_a),
         "labels": labels,
     }
+
+
+def job_json(explained: dict[str, Any]) -> dict[str, Any]:
+    """What `results show --json` prints for an ``explain_job`` answer: the job's detail plus its kernel
+    profile and, with a diff, the other job's key, the diff and the two jobs' labels."""
+    other = explained["other"]
+    return {
+        **explained["detail"],
+        "kernel_profile": explained["kernels"],
+        "diff_job": other and other["job_key"],
+        "pass_diff": explained["pass_diff"],
+        "diff_labels": list(explained["labels"]) if other else None,
+    }

@@ -25,11 +25,12 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Insert, case, create_engine, event, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from core import records
+from core.errors import describe_missing
 from core.health import next_state
 from db import models as m
 
@@ -76,7 +77,6 @@ def sqlite_path(url: str) -> Path | None:
 
 def check_sqlite_path(path: Path) -> None:
     """Fail at once (not after the write retries) when ``path`` cannot be a SQLite database file."""
-    from workers.onnx_model import describe_missing
 
     if path.exists() and not path.is_file():
         raise StoreError(
@@ -93,8 +93,10 @@ def _writable(path: Path) -> bool:
 def make_engine(url: str, *, read_only: bool = False) -> Engine:
     """An engine with the per-backend settings that make writes durable and concurrent.
 
-    ``read_only`` (SQLite): open the file read-only (``mode=ro``), or as immutable where its folder is
-    not writable (a read-only mount: SQLite could not create the WAL index there, and nobody can write).
+    ``read_only``: SQLite opens the file read-only (``mode=ro``), or as immutable where its folder is
+    not writable (a read-only mount: SQLite could not create the WAL index there, and nobody can write);
+    PostgreSQL sessions start with ``default_transaction_read_only`` (ResultStore asks for that only
+    with ``never_write``).
     """
     path = sqlite_path(url) if url.startswith("sqlite") else None
     if path is not None and read_only:
@@ -109,6 +111,9 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
             dbapi_conn.execute("PRAGMA query_only=ON")
 
         return engine
+    if read_only and not url.startswith("sqlite"):
+        # PostgreSQL: every transaction of these sessions is read-only; the server refuses writes.
+        return create_engine(url, pool_pre_ping=True, connect_args={"options": "-c default_transaction_read_only=on"})
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30})
 
@@ -172,20 +177,53 @@ def upgrade(engine: Engine) -> None:
         command.upgrade(config, "head")
 
 
+def schema_problem(engine: Engine) -> str | None:
+    """None when the database's schema is at the newest migration, else what is wrong and what to run."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+    with engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    if current == head:
+        return None
+    if current is None:
+        return "it holds no tvmbench schema (an empty or foreign database); run a sweep or `tvmbench db upgrade` first"
+    return f"its schema is at revision {current}, this tvmbench needs {head}: run `tvmbench db upgrade --db ...`"
+
+
 class ResultStore:
     """Writes to one results database (and the reads the control plane acts on)."""
 
-    def __init__(self, url: str | None = None, *, migrate: bool = True, read_only: bool = False) -> None:
+    def __init__(
+        self, url: str | None = None, *, migrate: bool = True, read_only: bool = False, never_write: bool = False
+    ) -> None:
         """Open (and migrate) the database at ``url``.
 
         ``read_only``: for commands that only read. An existing SQLite file at the newest schema is opened
         read-only, so it can be queried where it cannot be written (a read-only mount); one at an older
         schema is migrated first where it is writable. Other backends open as usual.
+
+        ``never_write`` (the dashboard): every backend refuses writes at the database level (SQLite as
+        above, PostgreSQL in read-only transactions), and nothing is created or migrated: a missing file or
+        a schema other than the newest is a StoreError saying what to run.
         """
         self.url = url or default_url()
         path = sqlite_path(self.url)
         if path is not None:
             check_sqlite_path(path)
+        if never_write:
+            if path is not None and not path.is_file():
+                raise StoreError(f"no results database at {path}: run a sweep first, or give --db (or TVMBENCH_DB)")
+            self.read_only = True
+            self.engine = make_engine(self.url, read_only=True)
+            problem = schema_problem(self.engine)
+            if problem:
+                self.engine.dispose()
+                shown = path or make_url(self.url).render_as_string(hide_password=True)
+                raise StoreError(f"results database {shown}: {problem}")
+            self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+            return
         self.read_only = bool(read_only and path is not None and path.is_file())
         self.engine = make_engine(self.url, read_only=self.read_only)
         if self.read_only and not self._at_head():

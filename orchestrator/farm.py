@@ -31,6 +31,23 @@ RPC_WARNING = (
 )
 
 
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps a service on this machine (127.0.0.0/8, ::1, "localhost")."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
+
+
+def warn_exposed(what: str, host: str, risk: str = RPC_WARNING) -> None:
+    """The one warning every service tvmbench starts prints when it listens beyond loopback."""
+    print(f"warning: {what} listening on {host}: {risk}", file=sys.stderr)
+
+
 class FarmError(RuntimeError):
     """The farm could not be started or reached; the message says what to do."""
 
@@ -239,7 +256,7 @@ class LocalFarm:
         provisioned root (``board_roots[key]``, else ``board_root(key)``).
         """
         if host != LOOPBACK:
-            print(f"warning: farm listening on {host}: {RPC_WARNING}", file=sys.stderr)
+            warn_exposed("farm", host)
         port = tracker_port or free_port(host)
         proc = _spawn(
             _tracker_cmd(host, port),
@@ -451,6 +468,32 @@ def board_list(tracker: str, known: dict[str, Any], live: bool = True) -> list[d
                 "agent": "tvmbench" if facts else ("stock" if row["board"] in fresh else None),
                 "arch": facts.get("arch") or (board.arch if board else None),
                 "emulated": facts.get("emulated", board.emulated if board else None),
+                "cpu": facts.get("cpu_model"),
+                "cores": facts.get("cores"),
+                "mem_mb": facts.get("mem_total_mb"),
+                "os": facts.get("os"),
+                "tvm": facts.get("tvm_version"),
+                "failures_in_a_row": board.consecutive_failures if board else 0,  # toward quarantine
+                "facts": facts or None,
+            }
+        )
+    return rows
+
+
+def known_board_rows(known_boards: list[Any]) -> list[dict[str, Any]]:
+    """Every board the results database has seen (``answers.query.boards``): key, health, facts."""
+    rows = []
+    for board in known_boards:
+        facts = board.facts or {}
+        rows.append(
+            {
+                "board": board.id,
+                "key": board.key,
+                "arch": board.arch,
+                "emulated": board.emulated,
+                "health": board.state,
+                "failures_in_a_row": board.consecutive_failures,  # QUARANTINE_AFTER in a row quarantine it
+                "last_seen": board.last_seen.isoformat() if board.last_seen else None,
                 "cpu": facts.get("cpu_model"),
                 "cores": facts.get("cores"),
                 "mem_mb": facts.get("mem_total_mb"),

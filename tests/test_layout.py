@@ -1,7 +1,8 @@
 """The import graph of the packages: no circle, no upward arrow (DESIGN.md, "Layout").
 
 Every import counts, at module top or inside a function: a function-local import that hides a circle
-is still a circle. The layers, bottom up: core <- db <- workers <- orchestrator / answers.
+is still a circle. The layers, bottom up: core <- db <- workers <- orchestrator / answers <- dashboard
+(the web pages read answers/ and the farm's tracker view; only the `serve` command imports them).
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("core", "db", "workers", "orchestrator", "answers")
+PACKAGES = ("core", "db", "workers", "orchestrator", "answers", "dashboard")
 # package -> packages it must never import
 FORBIDDEN = {
-    "core": {"db", "workers", "orchestrator", "answers"},
-    "db": {"workers", "orchestrator", "answers"},
-    "workers": {"orchestrator", "answers"},
-    "answers": {"orchestrator", "workers"},
+    "core": {"db", "workers", "orchestrator", "answers", "dashboard"},
+    "db": {"workers", "orchestrator", "answers", "dashboard"},
+    "workers": {"orchestrator", "answers", "dashboard"},
+    "answers": {"orchestrator", "workers", "dashboard"},
+    "dashboard": {"workers"},
 }
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from core.errors import describe_missing
+
 BUNDLED_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
 
@@ -53,28 +55,6 @@ class LoadedModel:
     sha256: str
     # (name, dims, dtype): dims hold ints, or strings for symbolic dimensions
     inputs: tuple[tuple[str, tuple[int | str, ...], str], ...]
-
-
-def describe_missing(path: Path) -> str:
-    """What ``path`` is when it is not a regular file ("is a directory", "does not exist", ...)."""
-    import stat
-
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        return "is a symlink to nothing" if path.is_symlink() else "does not exist"
-    except OSError as exc:
-        return f"cannot be read ({exc.strerror})"
-    for test, what in (
-        (stat.S_ISDIR, "is a directory"),
-        (stat.S_ISFIFO, "is a FIFO (named pipe)"),
-        (stat.S_ISCHR, "is a character device"),
-        (stat.S_ISBLK, "is a block device"),
-        (stat.S_ISSOCK, "is a socket"),
-    ):
-        if test(mode):
-            return f"{what}, not a file"
-    return "is not a regular file"
 
 
 def load_model(path: Path) -> LoadedModel:

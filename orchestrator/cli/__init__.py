@@ -9,7 +9,7 @@ from __future__ import annotations
 import typer
 
 from orchestrator import tuning_cli
-from orchestrator.cli import db, farm, results, sweep, targets
+from orchestrator.cli import db, farm, results, serve, sweep, targets
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -24,6 +24,7 @@ app.add_typer(targets.app, name="targets")
 app.add_typer(db.app, name="db")
 app.add_typer(tuning_cli.app, name="tuning")
 app.command("report")(results.report_cmd)
+app.command("serve")(serve.serve)
 
 if __name__ == "__main__":
     app()

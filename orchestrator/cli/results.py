@@ -33,24 +33,13 @@ def results_list(
 
 @app.command("sweeps")
 def results_sweeps(db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """The sweeps in the database, newest first."""
-    rows = [
-        {
-            "sweep_id": s.id,
-            "name": s.name,
-            "label": s.label,
-            "status": s.status,
-            "jobs": s.job_count,
-            "created_at": s.created_at.isoformat(),
-            "tvm_version": s.tvm_version,
-            "source": s.source_path,
-        }
-        for s in query.sweeps(open_store(db, read_only=True))
-    ]
+    """The sweeps in the database, newest first, with their progress (jobs final / ok / failed / pending)."""
+    rows = query.sweeps_overview(open_store(db, read_only=True))
     if as_json:
         print_json(rows)
         return
-    report.simple_table(console, rows, title="sweeps")
+    hidden = ("statuses", "finished_at")  # in --json; the table stays readable in a terminal
+    report.simple_table(console, [{k: v for k, v in r.items() if k not in hidden} for r in rows], title="sweeps")
 
 
 @app.command("show")
@@ -71,8 +60,7 @@ def results_show(
     detail, other, kernels, pass_diff = shown["detail"], shown["other"], shown["kernels"], shown["pass_diff"]
     label_a, label_b = shown["labels"]
     if as_json:
-        extra = {"kernel_profile": kernels, "diff_job": other and other["job_key"], "pass_diff": pass_diff}
-        print_json({**detail, **extra})
+        print_json(why.job_json(shown))
         return
     report.job_detail(console, detail)
     analysis_views.print_kernels(console, kernels, top)
@@ -235,17 +223,7 @@ def results_compare(
     with failures_as_lines():
         result = compare.compare(open_store(db, read_only=True), sweep_a, sweep_b, threshold=threshold, alpha=alpha)
     if as_json:
-        print_json(
-            {
-                "sweep_a": result.sweep_a,
-                "sweep_b": result.sweep_b,
-                "summary": result.summary(),
-                "geomean_ratio": analysis_views._jsonable(result.geomean_ratio),
-                "only_a": result.only_a,
-                "only_b": result.only_b,
-                "rows": analysis_views.records(result.rows),
-            }
-        )
+        print_json(analysis_views.comparison_json(result))
     else:
         analysis_views.print_compare(console, result, show_all)
     if result.count("regression") or result.count("broken"):
