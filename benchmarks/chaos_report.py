@@ -25,10 +25,10 @@ from pathlib import Path
 import onnx
 import psutil
 
+from core.records import FINAL_STATUSES
 from orchestrator.farm import BoardProcess, FarmError, LocalFarm, wait_until
 from orchestrator.spec import load_spec
 from workers import model_zoo
-from workers.records import FINAL_STATUSES
 
 TVMBENCH = str(Path(sys.executable).with_name("tvmbench"))
 SWEEP = """name = "chaos"

@@ -26,11 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from answers import query as q  # noqa: E402
+from answers import ranking  # noqa: E402
+from core.records import canonical_hash  # noqa: E402
 from db import models as m  # noqa: E402
 from db.store import ResultStore  # noqa: E402
-from orchestrator import query as q  # noqa: E402
-from orchestrator import ranking  # noqa: E402
-from workers.records import canonical_hash  # noqa: E402
 
 MODELS = [f"model_{i:02d}" for i in range(20)]
 BOARDS = [("host", False), ("rpi4", False), ("x86-avx512", False), ("arm64-emu", True)]
@@ -202,7 +202,7 @@ def bench(url: str) -> dict[str, dict[str, float]]:
             s, q.Filters(model="model_07", board="host", executor="vm-compiled", opt_level=2)
         ),
         "results query --sweep <newest> --status ok": lambda s: q.query(
-            s, q.Filters(sweep=s.list_sweeps()[0].id, status="ok")
+            s, q.Filters(sweep=q.sweeps(s)[0].id, status="ok")
         ),
     }
     timings: dict[str, dict[str, float]] = {}

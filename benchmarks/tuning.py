@@ -79,15 +79,16 @@ def run_sweep(path: Path, db: str, home: Path) -> tuple[str, float, int]:
 
 def figures(db: str, sweep_id: str) -> list[dict[str, Any]]:
     """One row per job of the sweep: median and CI, ratio to ORT, and the tuning figures."""
+    from answers import query
+    from answers.stats import median_ci
     from db.store import ResultStore
-    from orchestrator.stats import median_ci
 
     store = ResultStore(db)
-    rows = store.results(sweep_id)
+    rows = query.results(store, sweep_id)
     ort = {r["model"]: r["median_ms"] for r in rows if r["executor"] == "onnxruntime" and r["status"] == "ok"}
     out = []
     for r in rows:
-        build = (store.job_detail(r["job_key"], sweep_id) or {}).get("build") or {}
+        build = (query.job_detail(store, r["job_key"], sweep_id) or {}).get("build") or {}
         tuning = build.get("tuning") or {}
         ci = median_ci(r["samples"]) if r["samples"] else None
         tuning_s = tuning.get("tuning_s")

@@ -23,6 +23,22 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+# Run fields stored in columns of the same name (migration 0005: sampling, phases, memory, board state).
+RUN_DETAIL_FIELDS = (
+    "warmup_runs",
+    "stop_reason",
+    "ci_rel",
+    "sampling",
+    "upload_bytes",
+    "upload_s",
+    "load_s",
+    "first_ms",
+    "phases",
+    "peak_mem_mb",
+    "memory",
+    "board_state",
+)
+
 
 class Base(DeclarativeBase):
     pass
@@ -88,6 +104,12 @@ class Build(Base):
     tuning_budget: Mapped[int | None] = mapped_column(Integer, nullable=True)
     tuning_trials: Mapped[int | None] = mapped_column(Integer, nullable=True)
     tuning_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The static memory of a build (migration 0005): params = weights (VM: the Relax constants; aot-c:
+    # the weights in flash); planned = intermediate storage after memory planning (VM: parsed from
+    # relax.analysis.estimate_memory_usage; aot-c: arena + workspace). VM builds also set ram_bytes to
+    # params + planned, the RAM the program needs before any runtime overhead.
+    params_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    planned_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class Board(Base):
@@ -160,6 +182,21 @@ class Run(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     # Per-kernel times from the board agent ([measure] profile = true); migration 0002.
     kernel_profile: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    # Sampling, phases, memory and board state (migration 0005). NULL = not measured (older rows, failed
+    # runs, or unavailable: the JSON columns then say why).
+    warmup_runs: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    stop_reason: Mapped[str | None] = mapped_column(String(16), nullable=True)  # ci-reached/max-repeat/max-s
+    ci_rel: Mapped[float | None] = mapped_column(Float, nullable=True)  # 95 % CI half-width / median
+    sampling: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    upload_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    upload_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    load_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    first_ms: Mapped[float | None] = mapped_column(Float, nullable=True)  # the first inference after load
+    phases: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    peak_mem_mb: Mapped[float | None] = mapped_column(Float, nullable=True)  # session VmHWM on the board
+    memory: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    board_state: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    warnings: Mapped[list | None] = mapped_column(JSON, nullable=True)
 
 
 class TuningWorkload(Base):

@@ -1,4 +1,8 @@
-"""ResultStore: every write and query of the results database, over any SQLAlchemy URL.
+"""ResultStore: every write of the results database, over any SQLAlchemy URL.
+
+Reads live elsewhere: the ones that answer people (result rows, one job in full, sweeps, boards and all
+the analytics) in answers/query.py; here only the few the control plane acts on while it writes (job
+statuses, a cached build, board states, the cancel flag, the next attempt number, a sweep by id).
 
 SQLite (the default) runs in WAL mode with synchronous=FULL and a busy timeout, so a result that was
 acknowledged survives a crash of the orchestrator. Writes are idempotent: submitting the same sweep
@@ -21,15 +25,16 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Insert, case, create_engine, event, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from core import records
+from core.errors import describe_missing
+from core.health import next_state
 from db import models as m
-from workers import records
 
 T = TypeVar("T")
-QUARANTINE_AFTER = 3  # infra/timeout failures in a row before a board is quarantined (see orchestrator/health.py)
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
@@ -56,8 +61,59 @@ def _ts(value: float | None) -> datetime | None:
     return datetime.fromtimestamp(value, UTC) if value is not None else None
 
 
-def make_engine(url: str) -> Engine:
-    """An engine with the per-backend settings that make writes durable and concurrent."""
+class StoreError(RuntimeError):
+    """The results database cannot be opened as asked; the message names the path and what to do."""
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite:///path`` URL (None for other backends and in-memory databases)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database)
+
+
+def check_sqlite_path(path: Path) -> None:
+    """Fail at once (not after the write retries) when ``path`` cannot be a SQLite database file."""
+
+    if path.exists() and not path.is_file():
+        raise StoreError(
+            f"{path} {describe_missing(path)}: give the path of a database file, e.g. {path / 'results.db'}"
+        )
+    if not path.parent.is_dir():
+        raise StoreError(f"{path}: folder {path.parent} {describe_missing(path.parent)}: create it or fix the path")
+
+
+def _writable(path: Path) -> bool:
+    return os.access(path.parent, os.W_OK) and (not path.exists() or os.access(path, os.W_OK))
+
+
+def make_engine(url: str, *, read_only: bool = False) -> Engine:
+    """An engine with the per-backend settings that make writes durable and concurrent.
+
+    ``read_only``: SQLite opens the file read-only (``mode=ro``), or as immutable where its folder is
+    not writable (a read-only mount: SQLite could not create the WAL index there, and nobody can write);
+    PostgreSQL sessions start with ``default_transaction_read_only`` (ResultStore asks for that only
+    with ``never_write``).
+    """
+    path = sqlite_path(url) if url.startswith("sqlite") else None
+    if path is not None and read_only:
+        from urllib.parse import quote
+
+        mode = "mode=ro" if os.access(path.parent, os.W_OK) else "immutable=1"
+        target = f"file:{quote(str(path.resolve()))}?{mode}"
+        engine = create_engine("sqlite://", creator=lambda: _sqlite_connect(target))
+
+        @event.listens_for(engine, "connect")
+        def _read_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.execute("PRAGMA query_only=ON")
+
+        return engine
+    if read_only and not url.startswith("sqlite"):
+        # PostgreSQL: every transaction of these sessions is read-only; the server refuses writes.
+        return create_engine(url, pool_pre_ping=True, connect_args={"options": "-c default_transaction_read_only=on"})
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30})
 
@@ -72,6 +128,12 @@ def make_engine(url: str) -> Engine:
 
         return engine
     return create_engine(url, pool_pre_ping=True)
+
+
+def _sqlite_connect(uri: str) -> Any:
+    import sqlite3
+
+    return sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
 
 
 def _insert(session: Session, model: type[m.Base], values: dict[str, Any]) -> Insert:
@@ -115,18 +177,88 @@ def upgrade(engine: Engine) -> None:
         command.upgrade(config, "head")
 
 
-class ResultStore:
-    """Writes and queries of one results database."""
+def schema_problem(engine: Engine) -> str | None:
+    """None when the database's schema is at the newest migration, else what is wrong and what to run."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
 
-    def __init__(self, url: str | None = None, *, migrate: bool = True) -> None:
+    head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+    with engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    if current == head:
+        return None
+    if current is None:
+        return "it holds no tvmbench schema (an empty or foreign database); run a sweep or `tvmbench db upgrade` first"
+    return f"its schema is at revision {current}, this tvmbench needs {head}: run `tvmbench db upgrade --db ...`"
+
+
+class ResultStore:
+    """Writes to one results database (and the reads the control plane acts on)."""
+
+    def __init__(
+        self, url: str | None = None, *, migrate: bool = True, read_only: bool = False, never_write: bool = False
+    ) -> None:
+        """Open (and migrate) the database at ``url``.
+
+        ``read_only``: for commands that only read. An existing SQLite file at the newest schema is opened
+        read-only, so it can be queried where it cannot be written (a read-only mount); one at an older
+        schema is migrated first where it is writable. Other backends open as usual.
+
+        ``never_write`` (the dashboard): every backend refuses writes at the database level (SQLite as
+        above, PostgreSQL in read-only transactions), and nothing is created or migrated: a missing file or
+        a schema other than the newest is a StoreError saying what to run.
+        """
         self.url = url or default_url()
-        self.engine = make_engine(self.url)
-        if migrate:
+        path = sqlite_path(self.url)
+        if path is not None:
+            check_sqlite_path(path)
+        if never_write:
+            if path is not None and not path.is_file():
+                raise StoreError(f"no results database at {path}: run a sweep first, or give --db (or TVMBENCH_DB)")
+            self.read_only = True
+            self.engine = make_engine(self.url, read_only=True)
+            problem = schema_problem(self.engine)
+            if problem:
+                self.engine.dispose()
+                shown = path or make_url(self.url).render_as_string(hide_password=True)
+                raise StoreError(f"results database {shown}: {problem}")
+            self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+            return
+        self.read_only = bool(read_only and path is not None and path.is_file())
+        self.engine = make_engine(self.url, read_only=self.read_only)
+        if self.read_only and not self._at_head():
+            if not _writable(path):
+                raise StoreError(
+                    f"{path} is read-only and at an older schema: run `tvmbench db upgrade` where it is "
+                    "writable, or copy it somewhere writable"
+                )
+            self.engine.dispose()
+            self.read_only = False
+            self.engine = make_engine(self.url)
+        if not self.read_only and migrate:
             self._retry(lambda: upgrade(self.engine))
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
+    def _at_head(self) -> bool:
+        """Whether the database is at the newest migration (a read-only one cannot be migrated)."""
+        from alembic.config import Config
+        from alembic.runtime.migration import MigrationContext
+        from alembic.script import ScriptDirectory
+
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        head = ScriptDirectory.from_config(config).get_current_head()
+        with self.engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision() == head
+
     def close(self) -> None:
         self.engine.dispose()
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A session for reads (answers/query.py); nothing written in it is committed."""
+        with self._sessions() as session:
+            yield session
 
     # --- plumbing -------------------------------------------------------------------------------
 
@@ -136,8 +268,9 @@ class ResultStore:
         for i in range(attempts):
             try:
                 return fn()
-            except OperationalError:
-                if i == attempts - 1:
+            except OperationalError as exc:
+                # A file that cannot be opened stays so: say it now rather than after the back-off.
+                if i == attempts - 1 or "unable to open database file" in str(exc):
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -245,10 +378,6 @@ class ResultStore:
                 sweep = s.scalars(select(m.Sweep).where(m.Sweep.id.startswith(sweep_id))).first()
             return sweep
 
-    def list_sweeps(self) -> list[m.Sweep]:
-        with self._sessions() as s:
-            return list(s.scalars(select(m.Sweep).order_by(m.Sweep.created_at.desc())))
-
     # --- builds ---------------------------------------------------------------------------------
 
     def get_build(self, build_key: str) -> records.Build | None:
@@ -273,6 +402,16 @@ class ResultStore:
                 memory=row.memory,
                 tuning=row.tuning,
             )
+
+    def built_keys(self, build_keys: set[str]) -> set[str]:
+        """Which of ``build_keys`` have an ok build row (one query per 500 keys)."""
+        keys, found = sorted(build_keys), set()
+        with self._sessions() as s:
+            for i in range(0, len(keys), 500):
+                chunk = keys[i : i + 500]
+                stmt = select(m.Build.build_key).where(m.Build.build_key.in_(chunk), m.Build.status == "ok")
+                found.update(s.scalars(stmt))
+        return found
 
     def save_build(self, job: records.Job, build: records.Build) -> None:
         """Insert or replace the build row of ``build.build_key`` (a failed build may succeed later)."""
@@ -303,6 +442,7 @@ class ResultStore:
                 "ram_bytes": (build.memory or {}).get("ram_bytes"),
                 "memory": build.memory,
                 **tuning_columns(build.tuning),
+                **static_memory_columns(build.memory),
             }
             upsert(s, m.Build, values, ["build_key"])
 
@@ -355,6 +495,8 @@ class ResultStore:
                 "builds_in_flight": run.builds_in_flight,
                 "equivalent_to": run.equivalent_to,
                 "kernel_profile": run.kernel_profile,
+                **{name: getattr(run, name) for name in m.RUN_DETAIL_FIELDS},
+                "warnings": list(run.warnings),
                 "started_at": _ts(run.started_at),
                 "finished_at": _ts(run.finished_at),
             }
@@ -395,18 +537,10 @@ class ResultStore:
         board.emulated = bool(facts.get("emulated", run.emulated))
         board.facts = facts or board.facts
         board.last_seen = _now()
-        if run.health == "ok":  # the golden model ran correctly just before this attempt
-            board.consecutive_failures = 0
-            if board.state == "suspect":
-                board.state = "ok"
-        if run.status in ("ok", "wrong-result"):
-            board.consecutive_failures = 0
-            if board.state == "suspect":
-                board.state = "ok"
-        elif run.status in ("infra", "timeout"):
-            board.consecutive_failures = (board.consecutive_failures or 0) + 1
-            if board.state != "quarantined":
-                board.state = "quarantined" if board.consecutive_failures >= QUARANTINE_AFTER else "suspect"
+        # The health rule (core/health.py): the golden model or a correct run clears the count, faults add up.
+        board.state, board.consecutive_failures = next_state(
+            board.state, board.consecutive_failures or 0, run.status, run.health
+        )
         s.flush()
 
     def board_states(self) -> dict[str, str]:
@@ -462,109 +596,25 @@ class ResultStore:
 
         return self._write(write)
 
+    def reopen_cancelled(self, sweep_id: str) -> int:
+        """Make the sweep's cancelled jobs pending again (an explicit `sweep resume` after a cancel).
+
+        Their attempts stay; what a cancelled tuning stored (records) is reused by the rerun.
+        """
+
+        def write(s: Session) -> int:
+            rows = list(s.scalars(select(m.Job).where(m.Job.sweep_id == sweep_id, m.Job.status == "cancelled")))
+            for row in rows:
+                row.status, row.error, row.finished_at, row.final_run_id = "pending", None, None, None
+            return len(rows)
+
+        return self._write(write)
+
     def next_attempt(self, sweep_id: str, job_key: str) -> int:
         with self._sessions() as s:
             job = self._job_row(s, sweep_id, job_key)
             top = s.scalar(select(func.max(m.Run.attempt)).where(m.Run.job_id == job.id))
             return (top or 0) + 1
-
-    # --- queries --------------------------------------------------------------------------------
-
-    def results(self, sweep_id: str | None = None) -> list[dict[str, Any]]:
-        """One flat row per job (its final run's figures joined in), newest sweep first."""
-        stmt = (
-            select(m.Job, m.Run, m.Build, m.Sweep.created_at)
-            .join(m.Sweep, m.Sweep.id == m.Job.sweep_id)
-            .outerjoin(m.Run, m.Run.id == m.Job.final_run_id)
-            .outerjoin(m.Build, m.Build.build_key == m.Job.build_key)
-            .order_by(m.Sweep.created_at.desc(), m.Job.id)
-        )
-        if sweep_id:
-            stmt = stmt.where(m.Job.sweep_id.startswith(sweep_id))
-        with self._sessions() as s:
-            return [_result_row(job, run, build) for job, run, build, _ in s.execute(stmt)]
-
-    def job_detail(self, job_ref: str, sweep_id: str | None = None) -> dict[str, Any] | None:
-        """Everything about one job (key prefix), from the newest sweep that has it unless ``sweep_id``."""
-        stmt = (
-            select(m.Job)
-            .join(m.Sweep, m.Sweep.id == m.Job.sweep_id)
-            .where(m.Job.job_key.startswith(job_ref))
-            .order_by(m.Sweep.created_at.desc())
-        )
-        if sweep_id:
-            stmt = stmt.where(m.Job.sweep_id.startswith(sweep_id))
-        with self._sessions() as s:
-            job = s.scalars(stmt).first()
-            if job is None:
-                return None
-            build = s.get(m.Build, job.build_key)
-            runs = list(s.scalars(select(m.Run).where(m.Run.job_id == job.id).order_by(m.Run.attempt)))
-            final = next((r for r in runs if r.id == job.final_run_id), None)
-            detail = _result_row(job, final, build)
-            detail["config"] = job.config
-            detail["error"] = job.error
-            detail["build"] = (
-                None
-                if build is None
-                else {
-                    "status": build.status,
-                    "error": build.error,
-                    "fingerprint": build.fingerprint,
-                    "pass_count": build.pass_count,
-                    "pass_trace": build.pass_trace,
-                    "kernel_count": build.kernel_count,
-                    "compile_s": build.compile_s,
-                    "artifact_sha256": build.artifact_sha256,
-                    "artifact_size": build.artifact_size,
-                    "artifact_arch": build.artifact_arch,
-                    "tvm_version": build.tvm_version,
-                    "ffi_version": build.ffi_version,
-                    "host": build.host,
-                    "memory": build.memory,
-                    "tuning": build.tuning,
-                }
-            )
-            detail["runs"] = [
-                {
-                    "attempt": r.attempt,
-                    "board": r.board_id,
-                    "status": r.status,
-                    "error": r.error,
-                    "unit": r.unit,
-                    "samples": r.samples,
-                    "median": r.median,
-                    "mean": r.mean,
-                    "std": r.std,
-                    "min": r.min,
-                    "max": r.max,
-                    "max_abs_err": r.max_abs_err,
-                    "max_rel_err": r.max_rel_err,
-                    "emulated": r.emulated,
-                    "load_avg_1m": r.load_avg_1m,
-                    "builds_in_flight": r.builds_in_flight,
-                    "equivalent_to": r.equivalent_to,
-                    "kernel_profile": r.kernel_profile,
-                    "started_at": r.started_at.isoformat() if r.started_at else None,
-                    "finished_at": r.finished_at.isoformat() if r.finished_at else None,
-                }
-                for r in runs
-            ]
-            if build is not None and build.fingerprint:
-                same = s.execute(
-                    select(m.Job.job_key, m.Job.opt_level, m.Job.pipeline, m.Job.executor)
-                    .join(m.Build, m.Build.build_key == m.Job.build_key)
-                    .where(
-                        m.Job.sweep_id == job.sweep_id,
-                        m.Build.fingerprint == build.fingerprint,
-                        m.Job.board_key == job.board_key,
-                        m.Job.id != job.id,
-                    )
-                )
-                detail["same_program_as"] = [
-                    {"job_key": k, "opt_level": o, "pipeline": p, "executor": e} for k, o, p, e in same
-                ]
-            return detail
 
     # --- MetaSchedule tuning records (workers/tuning/database.py is the MetaSchedule side) --------
 
@@ -751,44 +801,6 @@ class ResultStore:
             for tk, bk, tv, eq, nw, nr in rows
         ]
 
-    def boards(self) -> list[m.Board]:
-        with self._sessions() as s:
-            return list(s.scalars(select(m.Board).order_by(m.Board.key, m.Board.id)))
-
-
-def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None) -> dict[str, Any]:
-    return {
-        "sweep_id": job.sweep_id,
-        "job_key": job.job_key,
-        "model": job.model_name,
-        "target": job.target_name,
-        "board_key": job.board_key,
-        "board": run.board_id if run else None,
-        "executor": job.executor,
-        "kernels_path": job.config.get("kernels"),  # aot-c: "c" or "llvm" kernel code generation
-        "opt_level": job.opt_level,
-        "pipeline": job.pipeline,
-        "status": job.status,
-        "unit": run.unit if run else "ms",
-        "median_ms": run.median if run and run.unit == "ms" else None,
-        "std_ms": run.std if run and run.unit == "ms" else None,
-        "samples": run.samples if run else [],
-        "median": run.median if run else None,  # in `unit` (ms, or emulated instructions)
-        "flash_bytes": build.flash_bytes if build else None,
-        "ram_bytes": build.ram_bytes if build else None,
-        "max_abs_err": run.max_abs_err if run else None,
-        "emulated": bool(run.emulated) if run else bool(job.config.get("emulated")),
-        "equivalent_to": job.equivalent_to,
-        "fingerprint": build.fingerprint if build else None,
-        "compile_s": build.compile_s if build else None,
-        "kernel_count": build.kernel_count if build else None,
-        "pass_count": build.pass_count if build else None,
-        "tuning_budget": build.tuning_budget if build else None,
-        "tuning_trials": build.tuning_trials if build else None,
-        "tuning_s": build.tuning_s if build else None,
-        "error": job.error,
-    }
-
 
 def tuning_columns(tuning: dict[str, Any] | None) -> dict[str, Any]:
     """The builds columns that carry a tuning dict and the scalars the answers filter and sort on."""
@@ -812,3 +824,13 @@ def tuning_record_rank(trace: list[Any], run_secs: list[float] | None) -> tuple[
     insts = trace[0] if trace else []
     scheduled = bool(insts) and insts[0][0] != "EnterPostproc"
     return mean, scheduled and any(t != records.MS_FAILED_RUN_S for t in times)
+
+def static_memory_columns(memory: dict[str, Any] | None) -> dict[str, int | None]:
+    """params_bytes and planned_bytes of a build's memory dict, for VM and microcontroller builds alike:
+    a microcontroller's weights are its parameters, its arena and workspace its planned storage."""
+    memory = memory or {}
+    params = memory.get("params_bytes", memory.get("weights_bytes"))
+    planned = memory.get("planned_bytes")
+    if planned is None and "arena_bytes" in memory:
+        planned = memory["arena_bytes"] + memory.get("workspace_bytes", 0)
+    return {"params_bytes": params, "planned_bytes": planned}

@@ -9,21 +9,43 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workers.measure import parse_addr, registered_keys, tracker_summary
+from workers.board_session import board_facts
+from workers.mcu_agent import agent_command
+from workers.tracker_client import DeviceUnavailable, parse_addr, registered_keys, request_session, tracker_summary
 
 LOOPBACK = "127.0.0.1"
 RPC_WARNING = (
     "TVM RPC runs uploaded code for anyone who can connect, in plain text: expose it only on a trusted network"
 )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps a service on this machine (127.0.0.0/8, ::1, "localhost")."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
+
+
+def warn_exposed(what: str, host: str, risk: str = RPC_WARNING) -> None:
+    """The one warning every service tvmbench starts prints when it listens beyond loopback."""
+    print(f"warning: {what} listening on {host}: {risk}", file=sys.stderr)
 
 
 class FarmError(RuntimeError):
@@ -99,9 +121,16 @@ def stop_pid(pid: int, timeout_s: float = 5.0) -> None:
             time.sleep(0.05)
 
 
+# The tracker runs in this one process. `python -m tvm.exec.rpc_tracker` serves from a PopenWorker child
+# instead, which PR_SET_PDEATHSIG does not reach: it kept listening after its driver was SIGKILLed.
+_TRACKER_MAIN = (
+    "import sys; from tvm.rpc.tracker import PopenTrackerServerState as State; "
+    "State(sys.argv[1], int(sys.argv[2]), int(sys.argv[2]) + 1, silent=True).thread.join()"
+)
+
+
 def _tracker_cmd(host: str, port: int) -> list[str]:
-    port_range = ["--port", str(port), "--port-end", str(port + 1)]
-    return [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", host, *port_range, "--silent"]
+    return [sys.executable, "-c", _TRACKER_MAIN, host, str(port)]
 
 
 @dataclass
@@ -176,8 +205,6 @@ def provision_board(key: str, root: Path | None = None, log: Path | None = None)
 def board_command(key: str, tracker: str, host: str, port: int, root: Path | None = None) -> list[str]:
     """The command that runs one board agent for ``key``: natively, or under its emulator."""
     agent_args = ["--tracker", tracker, "--key", key, "--host", host, "--port", str(port)]
-    from workers.mcu_agent import agent_command
-
     mcu = agent_command(key)  # an emulated microcontroller's key (cortex-m4-emu, ...) gets the MCU agent
     if mcu is not None:
         return [*mcu, *agent_args]
@@ -185,8 +212,6 @@ def board_command(key: str, tracker: str, host: str, port: int, root: Path | Non
     if kind is None:
         agent = Path(__file__).resolve().parent.parent / "workers" / "board_agent.py"
         return [sys.executable, str(agent), *agent_args]
-    import shutil
-
     if shutil.which(kind.emulator) is None:
         raise FarmError(f"board {key} needs {kind.emulator}: apt-get install {kind.emulator_package}")
     root = root or board_root(key)
@@ -231,7 +256,7 @@ class LocalFarm:
         provisioned root (``board_roots[key]``, else ``board_root(key)``).
         """
         if host != LOOPBACK:
-            print(f"warning: farm listening on {host}: {RPC_WARNING}", file=sys.stderr)
+            warn_exposed("farm", host)
         port = tracker_port or free_port(host)
         proc = _spawn(
             _tracker_cmd(host, port),
@@ -402,8 +427,6 @@ def live_board_facts(tracker: str, deadline_s: float = 5.0) -> dict[str, dict[st
     sessions are held open at once, which reaches each board once. A board busy with a sweep is not
     waited for (it is simply missing from the answer).
     """
-    from workers.measure import DeviceUnavailable, board_facts, request_session
-
     summary = tracker_summary(tracker)
     facts: dict[str, dict[str, Any] | None] = {}
     for key, queue in summary.get("queue_info", {}).items():
@@ -419,3 +442,177 @@ def live_board_facts(tracker: str, deadline_s: float = 5.0) -> dict[str, dict[st
         finally:
             sessions.clear()  # dropping the sessions frees the boards
     return facts
+
+
+def board_list(tracker: str, known: dict[str, Any], live: bool = True) -> list[dict[str, Any]]:
+    """`farm list`: every board the tracker knows, merged with what the database knows of it.
+
+    ``known`` maps board id -> its database row (state, facts, arch, emulated). With ``live``, free
+    boards are asked for their facts now; a board that does not answer is in use (busy).
+    """
+    rows = board_rows(tracker)
+    try:
+        fresh = live_board_facts(tracker) if live else {}
+    except OSError:
+        fresh = {}
+    for row in rows:
+        board = known.get(row["board"])
+        facts = fresh.get(row["board"]) or (board.facts if board else None) or {}
+        health = board.state if board else "new"
+        # Answered now: free (or its recorded health if that is bad); not answered: in use.
+        answered = "free" if health in ("new", "ok") else health
+        state = answered if row["board"] in fresh else ("busy" if live else health)
+        row.update(
+            {
+                "state": state,
+                "agent": "tvmbench" if facts else ("stock" if row["board"] in fresh else None),
+                "arch": facts.get("arch") or (board.arch if board else None),
+                "emulated": facts.get("emulated", board.emulated if board else None),
+                "cpu": facts.get("cpu_model"),
+                "cores": facts.get("cores"),
+                "mem_mb": facts.get("mem_total_mb"),
+                "os": facts.get("os"),
+                "tvm": facts.get("tvm_version"),
+                "failures_in_a_row": board.consecutive_failures if board else 0,  # toward quarantine
+                "facts": facts or None,
+            }
+        )
+    return rows
+
+
+def known_board_rows(known_boards: list[Any]) -> list[dict[str, Any]]:
+    """Every board the results database has seen (``answers.query.boards``): key, health, facts."""
+    rows = []
+    for board in known_boards:
+        facts = board.facts or {}
+        rows.append(
+            {
+                "board": board.id,
+                "key": board.key,
+                "arch": board.arch,
+                "emulated": board.emulated,
+                "health": board.state,
+                "failures_in_a_row": board.consecutive_failures,  # QUARANTINE_AFTER in a row quarantine it
+                "last_seen": board.last_seen.isoformat() if board.last_seen else None,
+                "cpu": facts.get("cpu_model"),
+                "cores": facts.get("cores"),
+                "mem_mb": facts.get("mem_total_mb"),
+                "os": facts.get("os"),
+                "tvm": facts.get("tvm_version"),
+                "facts": facts or None,
+            }
+        )
+    return rows
+
+
+# --- provisioning and local farms -------------------------------------------------------------------
+
+Note = Callable[[str], None]  # how a long step tells the user what it is doing (the CLI prints it dimmed)
+
+
+def provision_boards(home: Path, keys: list[str], note: Note = lambda _msg: None) -> dict[str, str]:
+    """Provision each emulated board of ``keys`` (once; a provisioned root is reused): {key: root}.
+
+    FarmError names a key this machine cannot emulate, or a provisioning that failed.
+    """
+    roots: dict[str, str] = {}
+    for key in keys:
+        if key not in EMULATED_BOARDS:
+            raise FarmError(
+                f"--board {key!r} is not a board this machine can emulate; use one of: {', '.join(EMULATED_BOARDS)}"
+            )
+        root = board_root(key)
+        if not is_provisioned(root):
+            note(f"provisioning board {key} into {root} (once; about a minute)")
+        roots[key] = str(provision_board(key, root, log=home / "logs" / f"provision-{key}.log"))
+    return roots
+
+
+def up(
+    home: Path,
+    boards: dict[str, int],
+    emulated: list[str],
+    *,
+    host: str = LOOPBACK,
+    port: int | None = None,
+    note: Note = lambda _msg: None,
+) -> LocalFarm:
+    """`farm up`: a local farm that stays up until `farm down`, recorded in TVMBENCH_HOME/farm.json.
+
+    ``boards`` are native board agents by key; ``emulated`` adds one emulated board per entry.
+    """
+    state = read_state(home)
+    if state:
+        raise FarmError(f"a farm is already configured at {state['tracker']}; run `tvmbench farm down` first")
+    wanted = {k: n for k, n in boards.items() if n}
+    roots = provision_boards(home, list(dict.fromkeys(emulated)), note)
+    for key in emulated:
+        wanted[key] = wanted.get(key, 0) + 1
+    if not wanted:
+        raise FarmError("no boards asked for: give --boards N and/or --board KIND")
+    local = LocalFarm.start(home / "logs" / "farm", wanted, host=host, tracker_port=port, board_roots=roots)
+    write_state(home, local.to_json())
+    return local
+
+
+def add(home: Path, key: str = "host") -> tuple[LocalFarm, BoardProcess]:
+    """`farm add`: one more board agent in the farm `farm up` started."""
+    state = read_state(home)
+    if not state or not state.get("managed"):
+        raise FarmError("no local farm is up; run `tvmbench farm up` first")
+    local = LocalFarm.from_json(state)
+    board = local.add_board(key)
+    write_state(home, local.to_json())
+    return local, board
+
+
+def _pid_files(home: Path) -> Path:
+    return home / "run"
+
+
+def reap_stale_farms(home: Path) -> None:
+    """Stop ephemeral farms whose driver died (a pid file left in TVMBENCH_HOME/run)."""
+    for pid_file in _pid_files(home).glob("ephemeral-farm-*.json"):
+        try:
+            data = json.loads(pid_file.read_text())
+            os.kill(int(data["driver_pid"]), 0)
+            continue  # that driver is alive: its farm is in use
+        except ProcessLookupError:
+            LocalFarm.from_json(data["farm"]).stop()
+        except (OSError, ValueError, KeyError):
+            pass
+        pid_file.unlink(missing_ok=True)
+
+
+@contextmanager
+def farm_for_run(
+    home: Path, tracker: str | None, boards: int, board_keys: set[str] | None = None, note: Note = lambda _m: None
+) -> Iterator[str]:
+    """The tracker to run a sweep against: ``tracker``, the configured farm, or an ephemeral local one.
+
+    The ephemeral farm (stopped afterwards) starts ``boards`` host boards and one board for each key of
+    ``board_keys`` this machine can emulate (an aarch64 board under qemu, provisioned the first time; a
+    Cortex-M under QEMU). Its processes die with this driver even on SIGKILL (PR_SET_PDEATHSIG), and are
+    recorded in a pid file so that the next run or resume stops anything a killed driver left behind.
+    """
+    address = tracker or configured_tracker(home)
+    if address:
+        yield address
+        return
+    reap_stale_farms(home)
+    keys = board_keys or set()
+    wanted: dict[str, int] = {"host": boards}
+    roots = provision_boards(home, sorted(keys & set(EMULATED_BOARDS)), note)
+    wanted.update(dict.fromkeys(roots, 1))
+    wanted.update(dict.fromkeys(sorted(k for k in keys if agent_command(k) is not None), 1))
+    described = ", ".join(f"{n} {k}" for k, n in wanted.items())
+    note(f"no farm configured: starting a local tracker and board(s) {described} on 127.0.0.1")
+    local = LocalFarm.start(home / "logs" / "ephemeral-farm", wanted, board_roots=roots, die_with_parent=True)
+    pid_file = _pid_files(home) / f"ephemeral-farm-{os.getpid()}.json"
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    pid_file.write_text(json.dumps({"driver_pid": os.getpid(), "farm": local.to_json()}))
+    try:
+        yield local.tracker
+    finally:
+        local.stop()
+        pid_file.unlink(missing_ok=True)

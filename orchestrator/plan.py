@@ -3,33 +3,37 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
+from core.records import Job
+from db.store import ResultStore
 from orchestrator.spec import SweepSpec
-from workers.records import AOT_EXECUTOR, Job
+from workers.build_common import tvm_versions
+from workers.executors import registry
 from workers.targets import target_kind
 
 
 def tunable(executor: str, tvm_target: dict) -> bool:
     """Whether a job can be tuned: MetaSchedule over the farm covers the Relax VM on CPU (llvm) targets."""
-    return executor.startswith("vm-") and target_kind(tvm_target) == "llvm"
+    return registry.get(executor).tunable and target_kind(tvm_target) == "llvm"
 
 
 def plan_jobs(spec: SweepSpec) -> list[Job]:
-    """Expand the sweep matrix: model x target x executor x opt_level x pipeline (x kernels for aot-c)
+    """Expand the sweep matrix: model x target x executor x opt_level x pipeline (x kernels where taken)
     (x tuning budget for tunable jobs).
 
-    Microcontroller targets pair only with the aot-c executor, other targets only with the VM executors.
-    The tuning axis applies to tunable jobs only; the others (ONNX Runtime, aot-c, GPU targets) are
-    planned once, untuned.
+    A target pairs only with the executors that accept it (microcontrollers with aot-c, the others with
+    the VM executors and the baseline); the kernels axis multiplies only executors that take it. The
+    tuning axis applies to tunable jobs only; the others (ONNX Runtime, aot-c, GPU targets) are planned
+    once, untuned.
     """
-    from workers.aot.boards import is_mcu_target
-
     jobs = []
     for m, t, e, o, p in itertools.product(spec.models, spec.targets, spec.executors, spec.opt_levels, spec.pipelines):
-        if (e == AOT_EXECUTOR) != is_mcu_target(t.tvm_target):
+        entry = registry.get(e)
+        if not entry.accepts(t):
             continue
         budgets = spec.tunings if tunable(e, t.tvm_target) else (0,)
-        for k in spec.kernels if e == AOT_EXECUTOR else ("c",):
+        for k in [k for k in spec.kernels if k in entry.kernel_paths] or [None]:
             for budget in budgets:
                 jobs.append(
                     Job(
@@ -45,3 +49,31 @@ def plan_jobs(spec: SweepSpec) -> list[Job]:
                     )
                 )
     return jobs
+
+
+def plan_rows(spec: SweepSpec, store: ResultStore) -> list[dict[str, Any]]:
+    """`sweep plan`: one row per job with whether its artifact is built and its stored status ("new" if none).
+
+    Two queries whatever the size of the sweep (job statuses, then the built keys), not one per job.
+    """
+    jobs = plan_jobs(spec)
+    version = tvm_versions()[0]
+    statuses = store.job_statuses(spec.sweep_id)
+    keys = [job.build_key(version) for job in jobs]
+    built = store.built_keys(set(keys))
+    return [
+        {
+            "job_key": job.key,
+            "model": job.model.name,
+            "target": job.target.name,
+            "board_key": job.target.board_key,
+            "executor": job.executor,
+            "kernels_path": job.kernels,  # executors with a kernels axis only
+            "opt_level": job.opt_level,
+            "pipeline": job.pipeline,
+            "built": key in built,
+            "status": statuses.get(job.key, "new"),
+            "tuning": job.tuning,
+        }
+        for job, key in zip(jobs, keys, strict=True)
+    ]

@@ -9,25 +9,30 @@ being timed. Each run records the load it ran under.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from core.errors import one_line
+from core.health import GoldenModel
+from core.records import PENDING_STATUSES, Build, Job, Run, canonical_hash
 from db.store import ResultStore
+from orchestrator import farm, health
 from orchestrator.plan import plan_jobs
 from orchestrator.spec import SweepSpec
+from workers.aot.boards import is_mcu_target
 from workers.artifacts import ArtifactCache
-from workers.compile import one_line, tvm_versions
-from workers.measure import tracker_summary
-from workers.onnx_model import seeded_inputs
-from workers.records import EXECUTORS, PENDING_STATUSES, Build, Job, Run, canonical_hash
-from workers.reference import reference_outputs
+from workers.build_common import tvm_versions
+from workers.executors.registry import build_job, measure_job
+from workers.onnx_model import load_inputs_file, seeded_inputs
+from workers.reference import reference_outputs, reference_problem
+from workers.tracker_client import tracker_summary
 
 CANCEL_POLL_S = 0.5  # how often a running sweep looks at its cancel flag
 MAX_ATTEMPTS = 2  # an `infra` failure (board died) is retried once, on another board if the key has one
@@ -35,14 +40,20 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 
 
 def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
-    """Connect to a Ray cluster, or start a local instance bound to loopback with no dashboard."""
+    """Connect to a Ray cluster, or start tvmbench's local instance (orchestrator/local_ray.py)."""
+    if address is None:
+        from orchestrator.local_ray import hold_ray_to_loopback
+
+        hold_ray_to_loopback()  # before `import ray`: Ray reads it then
     import ray
 
     if ray.is_initialized():
         return
     if address is None:
-        # Without this a local Ray binds all interfaces and talks over the node's network address.
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        from orchestrator.local_ray import start_local_ray
+
+        start_local_ray(num_cpus)
+        return
     ray.init(
         address=address,
         num_cpus=num_cpus,
@@ -63,7 +74,6 @@ def build_on_node(
     """
     import ray
 
-    from workers.compile import build_job
     from workers.fence import local_fence
 
     build, data = build_job(job, model_data, fence=local_fence(fence_host), tuning_env=tuning_env)
@@ -85,8 +95,6 @@ def check_farm_resource(name: str) -> None:
 def _remote_functions(farm_resource: str | None = None) -> tuple[Any, Any]:
     import ray
 
-    from workers.measure import measure_job
-
     # A worker that dies mid-build is re-run by Ray (the build is a pure function of its inputs).
     # Builds take one CPU each, so Ray spreads them over every node of a cluster.
     build = ray.remote(num_cpus=1, max_retries=2)(build_on_node)
@@ -100,8 +108,6 @@ def _remote_functions(farm_resource: str | None = None) -> tuple[Any, Any]:
 
 def _counts_instructions(target: Any) -> bool:
     """Targets measured in emulated instructions (aot-c on an emulated microcontroller), not in time."""
-    from workers.aot.boards import is_mcu_target
-
     return bool(target.emulated) and is_mcu_target(target.tvm_target)
 
 
@@ -120,6 +126,18 @@ class SweepOutcome:
     @property
     def complete(self) -> bool:
         return not any(s in PENDING_STATUSES for s in self.statuses)
+
+    def summary(self) -> dict[str, Any]:
+        """The counts as plain JSON (`sweep run --json`)."""
+        return {
+            "jobs": self.jobs,
+            "built": self.built,
+            "cached": self.cached,
+            "measured": self.measured,
+            "equivalent": self.equivalent,
+            "already_final": self.already_final,
+            "statuses": dict(self.statuses),
+        }
 
 
 ProgressFn = Callable[[str, dict[str, int]], None]
@@ -172,7 +190,11 @@ class _Sweep:
         self.checked_boards: set[str] = set()
         self.failed_on: dict[str, set[str]] = defaultdict(set)
         self.unregistered_keys: set[str] = set()
-        self.goldens: dict[tuple[str, str], Any] = {}
+        # Golden model per (target name, executor): the model, None (no health check possible), or absent
+        # while its build task runs (a measurement that needs it waits).
+        self.goldens: dict[tuple[str, str], GoldenModel | None] = {}
+        self.golden_model_ref: Any = None
+        self.golden_jobs: dict[tuple[str, str], tuple[tuple[str, str], Job] | None] = {}
         self.health_checks = health_checks
         self.cancelled = False
         self._cancel_polled = 0.0
@@ -192,7 +214,7 @@ class _Sweep:
     def run(self, jobs: list[Job], outcome: SweepOutcome) -> None:
         ray = self.ray
         by_build: dict[str, list[Job]] = defaultdict(list)
-        for job in jobs:
+        for job in self._with_reference(jobs, outcome):
             by_build[job.build_key(self.tvm_version)].append(job)
         to_build: list[str] = []
         self.builds: dict[str, Build] = {}
@@ -215,7 +237,8 @@ class _Sweep:
         leaders: dict[str, Job] = {}  # equivalence key -> leader job
         followers: dict[str, list[Job]] = defaultdict(list)  # leader job key -> jobs with the same program
         leader_runs: dict[str, Run] = {}  # leader job key -> its final run, for followers built later
-        in_flight: dict[Any, tuple[str, Any]] = {}  # object ref -> ("build", build_key) | ("measure", (job, n))
+        # object ref -> ("build", build_key) | ("golden", (golden key, golden job)) | ("measure", (job, n))
+        in_flight: dict[Any, tuple[str, Any]] = {}
 
         def enqueue(build_key: str) -> None:
             build = self.builds[build_key]
@@ -239,7 +262,7 @@ class _Sweep:
             enqueue(build_key)
 
         def builds_running() -> int:
-            return sum(1 for kind, _ in in_flight.values() if kind == "build")
+            return sum(1 for kind, _ in in_flight.values() if kind in ("build", "golden"))
 
         def fenced_measuring() -> bool:
             return any(
@@ -250,6 +273,8 @@ class _Sweep:
             # Measurements first: a fenced board waits until the builds on this machine drain.
             for entry in list(measure_queue):
                 job, attempt = entry
+                if not self._golden_ready(job, in_flight, fenced_measuring()):
+                    continue  # its boards' golden model is being built (a Ray task like any build)
                 key = job.target.board_key
                 busy_key = any(
                     kind == "measure" and item[0].target.board_key == key for kind, item in in_flight.values()
@@ -278,7 +303,9 @@ class _Sweep:
                 self._poll_tuning()
                 continue
             kind, item = in_flight.pop(done[0])
-            if kind == "build":
+            if kind == "golden":
+                self._finish_golden(*item, done[0])
+            elif kind == "build":
                 self._finish_build(item, by_build[item][0], done[0], outcome)
                 enqueue(item)
             else:
@@ -302,7 +329,7 @@ class _Sweep:
         if not job.tuning:
             return None
         from orchestrator.tuning import records_database, untuned_profile
-        from workers.measure import key_boards
+        from workers.tracker_client import key_boards
         from workers.tuning.stage import TuningEnv
 
         key = job.target.board_key
@@ -356,6 +383,9 @@ class _Sweep:
         for ref in in_flight:
             self.ray.cancel(ref, force=True)
         in_flight.clear()
+        from workers.fence import reset_fence
+
+        reset_fence(self.fence_host)  # the killed builds and tunings hold it and will never let go
         before = self.store.job_statuses(self.sweep_id)
         self.store.cancel_pending_jobs(self.sweep_id, "cancelled by `tvmbench sweep cancel`")
         for status in before.values():
@@ -376,16 +406,54 @@ class _Sweep:
             self.checked_boards.discard(run.board_id)
             self.failed_on[job.key].add(run.board_id)
 
-    def _golden(self, job: Job) -> Any:
-        # The golden model runs through the Relax VM: boards of other runners are not health-checked.
-        if not self.health_checks or job.executor not in EXECUTORS:
+    def _golden_key(self, job: Job) -> tuple[tuple[str, str], Job] | None:
+        """(goldens key, golden job) of the job's boards, or None when they get no health check."""
+        if not self.health_checks:
             return None
         key = (job.target.name, job.executor)
-        if key not in self.goldens:
-            from orchestrator.health import build_golden
+        if key not in self.golden_jobs:
+            golden = health.golden_job(job)
+            self.golden_jobs[key] = None if golden is None else ((job.target.name, golden.executor), golden)
+        return self.golden_jobs[key]
 
-            self.goldens[key] = build_golden(job, self.cache)
-        return self.goldens[key]
+    def _golden_ready(self, job: Job, in_flight: dict[Any, tuple[str, Any]], fenced_measuring: bool) -> bool:
+        """Whether the job's golden model is known (built, cached, or impossible); else start its build.
+
+        The build is a Ray task counted with the builds (the fence applies), submitted even while a
+        fenced measurement waits for builds to drain: that measurement may be the one needing it.
+        """
+        found = self._golden_key(job)
+        if found is None or found[0] in self.goldens:
+            return True
+        key, golden = found
+        if any(kind == "golden" and item[0] == key for kind, item in in_flight.values()):
+            return False
+        cached = health.cached_golden(golden, self.cache, self.tvm_version)
+        if cached is not None:
+            self.goldens[key] = cached
+            return True
+        if fenced_measuring:
+            return False  # no build starts while a board on this machine is timed
+        if self.golden_model_ref is None:
+            self.golden_model_ref = self.ray.put(health.golden_model_data())
+        in_flight[self.build_fn.remote(golden, self.golden_model_ref)] = ("golden", (key, golden))
+        return False
+
+    def _finish_golden(self, key: tuple[str, str], golden: Job, ref: Any) -> None:
+        """A golden build ended: keep its artifact, or record that the target gets no health checks."""
+        try:
+            build, data = self.ray.get(ref)
+        except Exception:
+            build, data = None, None
+        if build is None or not build.ok or data is None:
+            # A target the golden model cannot be built for gets no health checks rather than no measurements.
+            self.goldens[key] = None
+            return
+        self.goldens[key] = health.remember_golden(golden, self.cache, self.tvm_version, data)
+
+    def _golden(self, job: Job) -> GoldenModel | None:
+        found = self._golden_key(job)
+        return None if found is None else self.goldens.get(found[0])
 
     # --- steps --------------------------------------------------------------------------------
 
@@ -403,12 +471,51 @@ class _Sweep:
         self.counts["built"] += 1
         self.progress("built", dict(self.counts))
 
+    def _inputs(self, job: Job) -> dict[str, np.ndarray]:
+        """The job's input arrays: its model's .npz inputs file, or drawn from the seed (and value ranges)."""
+        model = job.model
+        if model.inputs_file_sha256:
+            return load_inputs_file(self.spec.input_files[model.inputs_file_sha256], model.inputs)
+        return seeded_inputs(model.inputs, job.measure.seed, {n: (lo, hi) for n, lo, hi in model.value_ranges})
+
+    @staticmethod
+    def _reference_key(job: Job) -> tuple[Any, ...]:
+        model = job.model
+        return (model.sha256, model.value_ranges, model.inputs_file_sha256, job.measure.seed)
+
     def _reference(self, job: Job) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-        key = (job.model.sha256, job.measure.seed)
+        """The job's inputs and ONNX Runtime's outputs for them (computed once per model, inputs and seed)."""
+        key = self._reference_key(job)
         if key not in self.references:
-            inputs = seeded_inputs(job.model.inputs, job.measure.seed)
+            inputs = self._inputs(job)
             self.references[key] = (inputs, reference_outputs(self.model_data[job.model.sha256], inputs))
         return self.references[key]
+
+    def _with_reference(self, jobs: list[Job], outcome: SweepOutcome) -> list[Job]:
+        """The jobs whose reference outputs ONNX Runtime computes; the others end now as one `model` row.
+
+        A reference that raises (an index out of range, an input ONNX Runtime refuses) is the model's
+        or the inputs' fault, not the sweep's: the other models go on, and a resume does not retry it.
+        """
+        ok, failed = [], {}
+        for job in jobs:
+            key = self._reference_key(job)
+            if key not in failed:
+                try:
+                    self._reference(job)
+                except Exception as exc:  # ONNX Runtime's errors have no common base class
+                    try:
+                        inputs = self._inputs(job)
+                    except Exception:  # the inputs themselves failed: the message names what it can
+                        inputs = {}
+                    source = "given" if job.model.inputs_file_sha256 else "seeded"
+                    failed[key] = reference_problem(job.model.name, inputs, exc, source)
+            if key in failed:
+                self.store.finish_job(self.sweep_id, job.key, "model", failed[key])
+                self._count(outcome, "model")
+            else:
+                ok.append(job)
+        return ok
 
     def _submit_measure(self, job: Job, attempt: int, builds_running: int) -> Any:
         inputs, reference = self._reference(job)
@@ -469,6 +576,7 @@ def run_sweep(
     max_builds: int | None = None,
     farm_resource: str | None = None,
     health_checks: bool = True,
+    reopen_cancelled: bool = False,
 ) -> SweepOutcome:
     """Run (or resume) a sweep against the farm at ``tracker``; Ray must be initialised.
 
@@ -476,6 +584,8 @@ def run_sweep(
     is missing. Returns the counts; the results are in ``store``. ``farm_resource`` pins the
     measurement tasks to the Ray node(s) offering that custom resource. With ``health_checks`` each board
     runs the golden model before its first job and after a failure (orchestrator/health.py).
+    ``reopen_cancelled`` runs the jobs a `sweep cancel` ended again (tuned builds continue from the
+    records their cancelled tuning stored).
     """
     jobs = plan_jobs(spec)
     tvm_version = tvm_versions()[0]
@@ -489,6 +599,8 @@ def run_sweep(
         tvm_version=tvm_version,
         model_sizes={sha: p.stat().st_size for sha, p in spec.model_paths.items()},
     )
+    if reopen_cancelled:  # `sweep resume` after `sweep cancel`: the cancelled jobs run again
+        store.reopen_cancelled(spec.sweep_id)
     statuses = store.job_statuses(spec.sweep_id)
     todo = [j for j in jobs if statuses.get(j.key) in PENDING_STATUSES]
     outcome = SweepOutcome(sweep_id=spec.sweep_id, new=new, jobs=len(jobs), already_final=len(jobs) - len(todo))
@@ -504,3 +616,39 @@ def run_sweep(
     if not sweep.cancelled:
         store.finish_sweep(spec.sweep_id, "complete" if outcome.complete else "incomplete")
     return outcome
+
+
+def execute_sweep(
+    spec: SweepSpec,
+    store: ResultStore,
+    home: Path,
+    *,
+    tracker: str | None = None,
+    ray_address: str | None = None,
+    boards: int = 1,
+    farm_resource: str | None = None,
+    progress: ProgressFn | None = None,
+    note: farm.Note = lambda _msg: None,
+    reopen_cancelled: bool = False,
+) -> SweepOutcome:
+    """`sweep run` / `sweep resume`: the farm (given, configured or ephemeral), Ray, then ``run_sweep``.
+
+    FarmError when the farm cannot be started or ``farm_resource`` is offered by no Ray node.
+    """
+    cache = ArtifactCache(home / "artifacts")
+    with farm.farm_for_run(home, tracker, boards, {t.board_key for t in spec.targets}, note) as address:
+        ensure_ray(ray_address)
+        if farm_resource:
+            try:
+                check_farm_resource(farm_resource)
+            except ValueError as exc:
+                raise farm.FarmError(str(exc)) from None
+        return run_sweep(
+            spec,
+            store,
+            address,
+            cache,
+            progress=progress,
+            farm_resource=farm_resource,
+            reopen_cancelled=reopen_cancelled,
+        )

@@ -30,7 +30,9 @@ A sweep file looks like::
 
 from __future__ import annotations
 
+import hashlib
 import tomllib
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -38,12 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from workers.onnx_model import MAX_TENSOR_BYTES, LoadedModel, ModelError, bundled_path, load_model
-from workers.records import (
-    AOT_EXECUTOR,
+from core.records import (
     COST_MODELS,
-    EXECUTORS,
-    KERNEL_PATHS,
     MODULE_EQUALITIES,
     PIPELINES,
     MeasureSettings,
@@ -51,6 +49,19 @@ from workers.records import (
     TargetSpec,
     TuningSettings,
     canonical_hash,
+)
+from workers.aot.boards import BOARDS, is_mcu_target
+from workers.executors import registry
+from workers.executors.registry import KERNEL_PATHS
+from workers.onnx_model import (
+    DEFAULT_INT_RANGE,
+    MAX_TENSOR_BYTES,
+    LoadedModel,
+    ModelError,
+    bundled_path,
+    index_bounds,
+    load_inputs_file,
+    load_model,
 )
 from workers.targets import PRESETS, resolve_target
 
@@ -72,24 +83,27 @@ class SweepSpec:
     model_paths: dict[str, Path]  # sha256 -> file, for the builds
     source: str  # the TOML text, kept with the sweep so it can be resumed
     source_path: str
-    kernels: tuple[str, ...] = ("c",)  # aot-c only: "c" and/or "llvm" kernel code generation
+    kernels: tuple[str, ...] = ("c",)  # executors with a kernels axis (aot-c): "c" and/or "llvm" codegen
     tunings: tuple[int, ...] = (0,)  # MetaSchedule trial budgets; 0 = untuned
     tuning: TuningSettings = field(default_factory=TuningSettings)
+    input_files: dict[str, Path] = field(default_factory=dict)  # sha256 -> .npz of a model's inputs
+    default_target: bool = False  # the file has no [[targets]]: the "host" preset was used
 
     @property
     def sweep_id(self) -> str:
         """Content hash: the same file (and label) submitted twice is one sweep."""
         return canonical_hash(
             {
-                "models": [(m.sha256, m.inputs) for m in self.models],
+                # Input ranges or an inputs file only where given (older sweep ids stay the same).
+                "models": [(m.sha256, m.inputs, *m.input_values().values()) for m in self.models],
                 "targets": [t.__dict__ for t in self.targets],
                 "executors": self.executors,
                 "opt_levels": self.opt_levels,
                 "pipelines": self.pipelines,
-                "measure": self.measure.__dict__,
+                "measure": self.measure.identity(),  # sampling keys only when set: older ids stay
                 "label": self.label,
-                # Only sweeps with the aot-c executor carry the kernels axis (older sweep ids stay the same).
-                **({"kernels": self.kernels} if AOT_EXECUTOR in self.executors else {}),
+                # Only sweeps with an executor that takes the kernels axis carry it (older sweep ids stay the same).
+                **({"kernels": self.kernels} if any(registry.get(e).kernel_paths for e in self.executors) else {}),
                 # Likewise only tuned sweeps carry the tuning axis and settings.
                 **({"tunings": self.tunings, "tuning": self.tuning.__dict__} if any(self.tunings) else {}),
             }
@@ -97,7 +111,7 @@ class SweepSpec:
 
 
 _TOP_KEYS = {"name", "label", "models", "targets", "axes", "measure", "tolerance", "tuning"}
-_MODEL_KEYS = {"name", "path", "onnx", "inputs"}
+_MODEL_KEYS = {"name", "path", "onnx", "inputs", "input_ranges", "inputs_file"}
 _TARGET_KEYS = {"preset", "name", "target", "board_key", "arch", "cross_compiler", "emulated"}
 _AXES_DEFAULTS: dict[str, list[Any]] = {
     "executor": ["vm-bytecode"],
@@ -116,6 +130,11 @@ _MEASURE_KEYS = {
     "session_timeout_s",
     "device_wait_s",
     "profile",
+    "warmup",
+    "min_repeat",
+    "max_repeat",
+    "target_rel_ci",
+    "max_s",
 }
 _TOLERANCE_KEYS = {"atol", "rtol"}
 
@@ -178,6 +197,11 @@ def _model(where: str, table: Any, base: Path) -> tuple[ModelRef, Path]:
                 raise SpecError(f"{where}.inputs.{name} = {shape}: the model declares {list(dims)}")
         elif all(isinstance(d, int) and d > 0 for d in dims):
             shape = list(dims)
+        elif any(isinstance(d, int) and d == 0 for d in dims):
+            raise SpecError(
+                f"{where}: input {name!r} of {path.name} has a zero-size dimension {list(dims)}: nothing to "
+                "compute or time; export the model with sizes of at least 1"
+            )
         else:
             raise SpecError(
                 f"{where}: input {name!r} of {path.name} has symbolic dims {list(dims)}; "
@@ -191,7 +215,65 @@ def _model(where: str, table: Any, base: Path) -> tuple[ModelRef, Path]:
             )
         inputs.append((name, tuple(shape), dtype))
     name = _typed(f"{where}.name", table.get("name", path.stem), str, "a string")
-    return ModelRef(name=name, sha256=loaded.sha256, source=source, inputs=tuple(inputs)), path
+    ranges = _input_ranges(where, table.get("input_ranges", {}), tuple(inputs), loaded, path)
+    inputs_file = None
+    if "inputs_file" in table:
+        if "input_ranges" in table:
+            raise SpecError(f"{where}: give input_ranges or inputs_file, not both (the file holds every value)")
+        given_file = _typed(f"{where}.inputs_file", table["inputs_file"], str, 'a path like "inputs.npz"')
+        inputs_file = base / given_file
+        try:
+            load_inputs_file(inputs_file, tuple(inputs))
+        except ModelError as exc:
+            raise SpecError(f"{where}.inputs_file: {exc}") from None
+        ranges = ()
+    model = ModelRef(
+        name=name,
+        sha256=loaded.sha256,
+        source=source,
+        inputs=tuple(inputs),
+        value_ranges=ranges,
+        inputs_file_sha256=hashlib.sha256(inputs_file.read_bytes()).hexdigest() if inputs_file else None,
+    )
+    return model, path, inputs_file
+
+
+def _input_ranges(
+    where: str, given: Any, inputs: tuple[tuple[str, tuple[int, ...], str], ...], loaded: LoadedModel, path: Path
+) -> tuple[tuple[str, float, float], ...]:
+    """Value ranges of the inputs: the sweep file's, else the size of the table an integer input indexes."""
+    given = _typed(f"{where}.input_ranges", given, dict, "a table of input name -> [low, high]")
+    dtypes = {name: dtype for name, _, dtype in inputs}
+    ranges: dict[str, tuple[float, float]] = {}
+    for name, bounds in given.items():
+        if name not in dtypes:
+            raise SpecError(
+                f"{where}.input_ranges: model {path.name} has no input {name!r}; its inputs: {sorted(dtypes)}"
+            )
+        dtype = np.dtype(dtypes[name])
+        integer = np.issubdtype(dtype, np.integer)
+        number = int if integer else (int, float)
+        if not (
+            isinstance(bounds, list)
+            and len(bounds) == 2
+            and all(isinstance(b, number) and not isinstance(b, bool) for b in bounds)
+            and bounds[0] <= bounds[1]
+        ):
+            kind = "integers" if integer else "numbers"
+            raise SpecError(
+                f"{where}.input_ranges.{name} = {bounds!r}: expected [low, high], two {kind} with low <= high"
+            )
+        if dtype == np.bool_:
+            raise SpecError(f"{where}.input_ranges.{name}: input {name!r} is bool; it takes no range")
+        if integer and not (np.iinfo(dtype).min <= bounds[0] and bounds[1] <= np.iinfo(dtype).max):
+            raise SpecError(f"{where}.input_ranges.{name} = {bounds}: outside what {dtype.name} holds")
+        ranges[name] = (bounds[0], bounds[1])
+    # An integer input that indexes a table (Gather: embeddings, lookups) is drawn inside it unless the
+    # file says otherwise; only a table smaller than the default draw changes anything.
+    for name, size in index_bounds(loaded.proto, {n: s for n, s, _ in inputs}).items():
+        if name not in ranges and np.issubdtype(np.dtype(dtypes[name]), np.integer) and size <= DEFAULT_INT_RANGE[1]:
+            ranges[name] = (0, size - 1)
+    return tuple((name, *ranges[name]) for name, _, _ in inputs if name in ranges)
 
 
 def _target(where: str, table: Any) -> TargetSpec:
@@ -245,13 +327,15 @@ def _measure(data: dict[str, Any]) -> MeasureSettings:
         if f.type in ("bool", bool):
             values[f.name] = _typed(f"{where}.{f.name}", value, bool, "true or false")
             continue
-        if f.type in ("int", int):
+        integer = f.type in ("int", int, "int | None")
+        if integer:
             _typed(f"{where}.{f.name}", value, int, "a non-negative integer")
         else:
             _typed(f"{where}.{f.name}", value, (int, float), "a number")
-        if value < 0 or (f.name in ("number", "repeat", "session_timeout_s") and value == 0):
+        if value < 0 or (f.name in _POSITIVE_KEYS and value == 0):
             raise SpecError(f"{where}.{f.name} = {value}: must be {'positive' if value == 0 else 'non-negative'}")
-        values[f.name] = float(value) if f.type in ("float", float) else value
+        values[f.name] = value if integer else float(value)
+    _check_sampling(measure, values)
     return MeasureSettings(**values)
 
 
@@ -284,6 +368,55 @@ def _tuning(data: dict[str, Any]) -> TuningSettings:
                 raise SpecError(f"{where} = {value}: must be an integer from {low} to {high}")
         values[name] = value
     return TuningSettings(**values)
+def _no_control_characters(where: str, value: Any) -> None:
+    """Refuse control characters in any string: names and paths are printed on terminals, where an escape
+    sequence (ESC [ ...) would recolour, retitle or hide text on the screen of whoever lists the results."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _no_control_characters(f"{where}.{key}" if where else str(key), item)
+            _no_control_characters(f"{where} key", key)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _no_control_characters(f"{where}[{i}]", item)
+    elif isinstance(value, str):
+        bad = next((c for c in value if unicodedata.category(c) == "Cc"), None)
+        if bad is not None:
+            raise SpecError(
+                f"{where} = {value!r} contains the control character U+{ord(bad):04X}; remove it "
+                "(names and paths are printed on terminals)"
+            )
+
+
+_POSITIVE_KEYS = {"number", "repeat", "session_timeout_s", "min_repeat", "max_repeat", "target_rel_ci", "max_s"}
+
+
+def _check_sampling(measure: dict[str, Any], values: dict[str, Any]) -> None:
+    """The sampling keys must make one stop rule: fixed ``repeat``, or adaptive ``target_rel_ci``."""
+    adaptive = values.get("target_rel_ci") is not None
+    if adaptive and "repeat" in measure:
+        raise SpecError(
+            "measure.repeat and measure.target_rel_ci: choose one; repeat is a fixed sample count, "
+            "target_rel_ci samples until the CI is narrow enough (bound it with min_repeat/max_repeat/max_s)"
+        )
+    if not adaptive:
+        for key in ("min_repeat", "max_repeat"):
+            if key in measure:
+                raise SpecError(
+                    f"measure.{key} bounds adaptive sampling: add target_rel_ci (e.g. 0.02), or use repeat = N"
+                )
+    if adaptive and values["target_rel_ci"] >= 1:
+        raise SpecError(
+            f"measure.target_rel_ci = {values['target_rel_ci']}: a fraction of the median, e.g. 0.02 for 2 %"
+        )
+    low, high = values.get("min_repeat"), values.get("max_repeat")
+    if low is not None and high is not None and low > high:
+        raise SpecError(f"measure.min_repeat = {low} is above measure.max_repeat = {high}")
+    timeout = values.get("session_timeout_s", MeasureSettings.session_timeout_s)
+    if values.get("max_s") is not None and values["max_s"] >= timeout:
+        raise SpecError(
+            f"measure.max_s = {values['max_s']:g} must be below session_timeout_s = {timeout:g} "
+            "(the session also uploads, loads and checks the model): lower max_s or raise session_timeout_s"
+        )
 
 
 def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> SweepSpec:
@@ -293,6 +426,7 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{source_path}: not valid TOML ({exc}); fix the syntax at that line") from None
     _unknown("sweep file", data, _TOP_KEYS)
+    _no_control_characters("", data)
     name = _typed("name", data.get("name", Path(source_path).stem), str, "a string")
     label = _typed("label", data.get("label", ""), str, "a string")
 
@@ -301,14 +435,25 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
         raise SpecError(
             'models: add at least one [[models]] table with path = "file.onnx" or onnx = "light_squeezenet"'
         )
-    models, paths = [], {}
+    models, paths, input_files = [], {}, {}
     for i, table in enumerate(raw_models):
-        model, path = _model(f"models[{i}]", table, base)
+        model, path, inputs_file = _model(f"models[{i}]", table, base)
         models.append(model)
         paths[model.sha256] = path
+        if inputs_file is not None:
+            input_files[model.inputs_file_sha256] = inputs_file
+    seen: dict[Any, int] = {}
+    for i, m in enumerate(models):  # the same content with the same inputs is the same job under two names
+        same = seen.setdefault(canonical_hash([m.sha256, m.inputs, m.input_values()]), i)
+        if same != i:
+            raise SpecError(
+                f"models[{i}] ({m.name}) is the same model as models[{same}] ({models[same].name}): the same "
+                "file content with the same inputs; list it once (or give it other inputs or input_ranges)"
+            )
     if len({m.name for m in models}) != len(models):
         raise SpecError('models: two models share a name; give each a distinct name = "..."')
 
+    default_target = "targets" not in data
     raw_targets = data.get("targets", [{"preset": "host"}])
     if not isinstance(raw_targets, list) or not raw_targets:
         raise SpecError('targets: add at least one [[targets]] table, e.g. preset = "host"')
@@ -321,8 +466,8 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
     executors = _axis(
         "axes.executor",
         axes.get("executor", _AXES_DEFAULTS["executor"]),
-        lambda v: v in EXECUTORS,
-        " or ".join(f'"{e}"' for e in EXECUTORS),
+        lambda v: v in registry.NAMES,
+        " or ".join(f'"{e}"' for e in registry.NAMES),
     )
     opt_levels = _axis(
         "axes.opt_level",
@@ -370,6 +515,8 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
         model_paths=paths,
         source=text,
         source_path=source_path,
+        input_files=input_files,
+        default_target=default_target,
     )
 
 
@@ -377,7 +524,7 @@ def _check_tunable(targets: tuple[TargetSpec, ...], executors: tuple[str, ...]) 
     """Tuning (MetaSchedule on the farm) applies to the Relax VM executors on llvm targets."""
     from workers.targets import target_kind
 
-    if not any(e.startswith("vm-") for e in executors):
+    if not any(registry.get(e).tunable for e in executors):
         raise SpecError('axes.tuning: tuning needs a Relax VM executor; add "vm-bytecode" to axes.executor')
     tunable = [t for t in targets if target_kind(t.tvm_target) == "llvm"]
     if not tunable:
@@ -388,20 +535,23 @@ def _check_tunable(targets: tuple[TargetSpec, ...], executors: tuple[str, ...]) 
 
 
 def _check_mcu_pairing(targets: tuple[TargetSpec, ...], executors: tuple[str, ...]) -> None:
-    """Microcontroller targets run only aot-c and aot-c runs only on them; each side needs a partner."""
-    from workers.aot.boards import BOARDS, is_mcu_target
-
-    mcu = [t.name for t in targets if is_mcu_target(t.tvm_target)]
-    if AOT_EXECUTOR in executors and not mcu:
-        raise SpecError(
-            f'axes.executor: "{AOT_EXECUTOR}" needs a microcontroller target; add [[targets]] preset = '
-            f'"{next(iter(BOARDS))}" (presets: {", ".join(BOARDS)})'
-        )
-    if mcu and AOT_EXECUTOR not in executors:
-        raise SpecError(f'targets: {mcu[0]} is a microcontroller: add "{AOT_EXECUTOR}" to axes.executor')
-    if len(mcu) < len(targets) and set(executors) == {AOT_EXECUTOR}:
-        other = next(t.name for t in targets if not is_mcu_target(t.tvm_target))
-        raise SpecError(f'targets: {other} is not a microcontroller; add a Relax VM executor such as "vm-bytecode"')
+    """Each target needs an executor of the sweep that builds for it (microcontrollers take only aot-c,
+    the other targets never take it), and a microcontroller-only executor needs a microcontroller."""
+    sample_mcu = PRESETS[next(iter(BOARDS))]
+    for e in executors:
+        if registry.accepts(e, sample_mcu) and not any(registry.accepts(e, t) for t in targets):
+            raise SpecError(
+                f'axes.executor: "{e}" needs a microcontroller target; add [[targets]] preset = '
+                f'"{next(iter(BOARDS))}" (presets: {", ".join(BOARDS)})'
+            )
+        # A VM executor beside aot-c on microcontrollers only plans no jobs of its own: allowed.
+    for t in targets:
+        if any(registry.accepts(e, t) for e in executors):
+            continue
+        fitting = next(n for n in registry.NAMES if registry.accepts(n, t))
+        if is_mcu_target(t.tvm_target):
+            raise SpecError(f'targets: {t.name} is a microcontroller: add "{fitting}" to axes.executor')
+        raise SpecError(f'targets: {t.name} is not a microcontroller; add a Relax VM executor such as "{fitting}"')
 
 
 def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:
@@ -415,5 +565,22 @@ def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:
         raise SpecError(f"{path}: not a text file; a sweep file is TOML") from None
     spec = parse_spec(text, base=path.resolve().parent, source_path=str(path))
     if label is not None:
+        _no_control_characters("--label", label)
         spec = SweepSpec(**{**spec.__dict__, "label": label})
+    return spec
+
+
+def stored_spec(sweep: Any) -> SweepSpec:
+    """The spec of a stored sweep (its row: source, source_path, label, id), to resume it.
+
+    SpecError when the file can no longer be loaded or its models changed on disk since it ran.
+    """
+    try:
+        spec = parse_spec(sweep.source, base=Path(sweep.source_path).resolve().parent, source_path=sweep.source_path)
+    except SpecError as exc:
+        raise SpecError(f"sweep {sweep.id} can no longer be loaded: {exc}") from None
+    if sweep.label:
+        spec = SweepSpec(**{**spec.__dict__, "label": sweep.label})
+    if spec.sweep_id != sweep.id:
+        raise SpecError(f"the models of sweep {sweep.id} changed on disk since it ran; run the file as a new sweep")
     return spec

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from core.errors import one_line
+from core.records import FINAL_STATUSES, PENDING_STATUSES
+from orchestrator.farm import FarmError, wait_until
 from orchestrator.spec import SpecError, load_spec
-from workers.records import FINAL_STATUSES, PENDING_STATUSES
 
 SUBMISSION_PREFIX = "tvmbench-"
 METADATA_KEY = "tvmbench_sweep"
@@ -35,6 +37,10 @@ ACTIVE_STATES = ("PENDING", "RUNNING")
 
 class SubmitError(RuntimeError):
     """The sweep cannot be submitted or found; the message is one line saying what to do."""
+
+
+class NotFound(SubmitError):
+    """The sweep or its Ray job does not exist (the CLI exits 2, like every other lookup)."""
 
 
 @dataclass(frozen=True)
@@ -56,15 +62,19 @@ def stage_sweep(sweep_file: Path, dest: Path) -> str:
     base = sweep_file.parent
     models = []
     for i, table in enumerate(data.get("models", [])):
-        if not isinstance(table, dict) or "path" not in table:
-            continue  # bundled models (onnx = "...") come with the onnx package on the cluster
-        given = str(table["path"])
-        if Path(given).is_absolute():
-            raise SubmitError(
-                f"models[{i}].path = {given!r} is absolute: write it relative to the sweep file so the "
-                "model can travel with the job"
-            )
-        models.append((base / given).resolve())
+        if not isinstance(table, dict):
+            continue
+        # Bundled models (onnx = "...") come with the onnx package on the cluster; inputs files travel too.
+        for key in ("path", "inputs_file"):
+            if key not in table:
+                continue
+            given = str(table[key])
+            if Path(given).is_absolute():
+                raise SubmitError(
+                    f"models[{i}].{key} = {given!r} is absolute: write it relative to the sweep file so the "
+                    "file can travel with the job"
+                )
+            models.append((base / given).resolve())
     root = Path(_common_root([base, *[p.parent for p in models]]))
     for path in [sweep_file, *models]:
         target = dest / path.relative_to(root)
@@ -84,15 +94,10 @@ def _client(ray_address: str) -> Any:
         return JobSubmissionClient(ray_address)
     except Exception as exc:
         raise SubmitError(
-            f"cannot reach the Ray dashboard at {ray_address} ({_first_line(exc)}); give "
+            f"cannot reach the Ray dashboard at {ray_address} ({one_line(exc)}); give "
             "--ray-address http://HEAD:8265 and, if the cluster uses token auth, its token in ~/.ray/auth_token "
             "or RAY_AUTH_TOKEN"
         ) from None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
 
 
 def _submissions(client: Any, sweep_ref: str) -> list[Any]:
@@ -190,7 +195,7 @@ def _submit_with_retry(client: Any, job: dict[str, Any], ray_address: str, agent
             if "No available agent" in str(exc) and time.monotonic() < deadline:
                 time.sleep(1.0)
                 continue
-            raise SubmitError(f"the Ray cluster at {ray_address} refused the job: {_first_line(exc)}") from None
+            raise SubmitError(f"the Ray cluster at {ray_address} refused the job: {one_line(exc)}") from None
 
 
 def sweep_status(sweep_ref: str, *, store: Any | None, ray_address: str | None) -> dict[str, Any]:
@@ -223,7 +228,7 @@ def sweep_status(sweep_ref: str, *, store: Any | None, ray_address: str | None) 
             )
     if "state" not in status and "ray_status" not in status:
         where = " or ".join(w for w, on in (("the database", store is not None), ("Ray", bool(ray_address))) if on)
-        raise SubmitError(
+        raise NotFound(
             f"no sweep {sweep_ref!r} in {where}; `tvmbench results sweeps` lists stored sweeps"
             + ("" if ray_address else ", --ray-address finds submitted ones")
         )
@@ -233,7 +238,7 @@ def sweep_status(sweep_ref: str, *, store: Any | None, ray_address: str | None) 
 def _submission_or_fail(client: Any, sweep_ref: str) -> Any:
     job = latest_submission(client, sweep_ref)
     if job is None:
-        raise SubmitError(f"no Ray job for sweep {sweep_ref!r} on this cluster; `tvmbench sweep submit` starts one")
+        raise NotFound(f"no Ray job for sweep {sweep_ref!r} on this cluster; `tvmbench sweep submit` starts one")
     return job
 
 
@@ -257,8 +262,6 @@ def cancel_sweep(
 ) -> dict[str, Any]:
     """Stop the sweep's Ray job; mark the sweep cancelled in the database (its unfinished jobs stay
     pending, so submitting the same sweep again finishes them)."""
-    from orchestrator.farm import FarmError, wait_until
-
     client = _client(ray_address)
     job = _submission_or_fail(client, sweep_ref)
     stopped = client.stop_job(job.submission_id)  # False when the job had already ended
@@ -276,3 +279,30 @@ def cancel_sweep(
     if stopped and sweep is not None:
         store.finish_sweep(sweep.id, "cancelled")
     return {"sweep_id": sweep_id, "submission_id": job.submission_id, "stopped": bool(stopped)}
+
+
+CANCEL_REASON = "cancelled by `tvmbench sweep cancel`"
+
+
+def cancel_local(store: Any, sweep_ref: str, *, wait_s: float = 30.0, poll_s: float = 0.2) -> dict[str, Any]:
+    """Cancel a sweep run by a driver of this database (not a Ray job): flag it, let the driver stop.
+
+    A running driver sees the flag within half a second, kills its measurements (freeing the boards) and
+    marks every job without a result ``cancelled``; a driver that was killed never answers, so after
+    ``wait_s`` the jobs are marked here. Returns {"sweep_id", "before", "cancelled", "kept"}; ``before``
+    "complete"/"cancelled" means there was nothing to cancel.
+    """
+    sweep = store.get_sweep(sweep_ref)
+    if sweep is None:
+        raise NotFound(f"no sweep {sweep_ref!r} in {store.url}; `tvmbench results sweeps` lists them")
+    before = store.request_cancel(sweep.id)
+    if before not in ("complete", "cancelled"):
+        if before in ("running", "cancelling"):
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and store.sweep_status(sweep.id) == "cancelling":
+                time.sleep(poll_s)
+        if store.sweep_status(sweep.id) != "cancelled":  # no driver (or a dead one): mark the rest here
+            store.cancel_pending_jobs(sweep.id, CANCEL_REASON)
+    statuses = store.job_statuses(sweep.id)
+    done = sum(1 for s in statuses.values() if s == "cancelled")
+    return {"sweep_id": sweep.id, "before": before, "cancelled": done, "kept": len(statuses) - done}

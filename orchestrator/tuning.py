@@ -12,9 +12,9 @@ from typing import Any
 
 from sqlalchemy import select
 
+from core.records import Job, canonical_hash
 from db import models as m
 from db.store import ResultStore
-from workers.records import Job, canonical_hash
 
 
 def records_database(store: ResultStore, home: Path, job: Job, tvm_version: str) -> dict[str, str]:
@@ -42,7 +42,6 @@ def untuned_profile(store: ResultStore, job: Job) -> dict[str, Any] | None:
             m.Job.model_sha256 == job.model.sha256,
             m.Job.board_key == job.target.board_key,
             m.Job.pipeline == job.pipeline,
-            m.Job.executor == "vm-bytecode",  # the compiled VM shows no kernel calls
             m.Job.status == "ok",
             m.Run.kernel_profile.is_not(None),
         )
@@ -50,6 +49,7 @@ def untuned_profile(store: ResultStore, job: Job) -> dict[str, Any] | None:
     )
     with store._sessions() as s:
         for config, profile in s.execute(stmt):
+            # Only executors that show kernel calls (the bytecode VM) store an available profile.
             if (config or {}).get("tuning") or not (profile or {}).get("available"):
                 continue
             if (config or {}).get("inputs") != [list(i) for i in job.model.inputs]:

@@ -32,9 +32,8 @@ ModelOpt = Annotated[str | None, typer.Option("--model", help="Only workloads me
 @app.command("list")
 def tuning_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Stored tuning records per scope: board key, target, TVM version, module equality."""
-    from orchestrator.cli import _print_json as print_json
-    from orchestrator.cli import _store as store_or_fail
-    from orchestrator.cli import console
+    from orchestrator.cli.common import console, print_json
+    from orchestrator.cli.common import open_store as store_or_fail
     from workers.tuning.exchange import short_target
 
     rows = store_or_fail(db).tuning_scopes()
@@ -74,9 +73,8 @@ def tuning_export(
     as_json: JsonOpt = False,
 ) -> None:
     """Write one scope's records as a MetaSchedule JSON database (for plain TVM scripts)."""
-    from orchestrator.cli import _print_json as print_json
-    from orchestrator.cli import _store as store_or_fail
-    from orchestrator.cli import console, fail
+    from orchestrator.cli.common import console, fail, print_json
+    from orchestrator.cli.common import open_store as store_or_fail
     from workers.tuning import exchange
 
     store = store_or_fail(db)
@@ -113,9 +111,8 @@ def tuning_import(
     as_json: JsonOpt = False,
 ) -> None:
     """Read a MetaSchedule JSON database into the results database (idempotent)."""
-    from orchestrator.cli import _print_json as print_json
-    from orchestrator.cli import _store as store_or_fail
-    from orchestrator.cli import console, fail
+    from orchestrator.cli.common import console, fail, print_json
+    from orchestrator.cli.common import open_store as store_or_fail
     from workers.tuning import exchange
 
     store = store_or_fail(db)

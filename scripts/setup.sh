@@ -23,6 +23,6 @@ command -v "$PY" >/dev/null || PY=python3
 stamp=.venv/.tvmbench-installed
 if [[ ! -f $stamp || pyproject.toml -nt $stamp ]]; then
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e ".[test,analysis]"
+  .venv/bin/pip install -q -e ".[test]"
   touch "$stamp"
 fi

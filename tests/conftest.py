@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,8 +15,9 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 from db.store import ResultStore
-from orchestrator.farm import LocalFarm
+from orchestrator.farm import LocalFarm, free_port, stop_pid, wait_until
 from workers import model_zoo
+from workers.tracker_client import registered_keys, tracker_summary
 
 
 @pytest.fixture
@@ -62,6 +65,39 @@ def local_farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFarm]:
     farm = LocalFarm.start(tmp_path_factory.mktemp("farm-logs"), {"host": 1})
     yield farm
     farm.stop()
+
+
+@pytest.fixture
+def stock_board(local_farm: LocalFarm, tmp_path: Path) -> Iterator[str]:
+    """A stock `python -m tvm.exec.rpc_server` (no tvmbench functions) registered under key "stock"."""
+    port = free_port()
+    with open(tmp_path / "stock.log", "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tvm.exec.rpc_server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--port-end",
+                str(port + 1),
+                "--tracker",
+                local_farm.tracker,
+                "--key",
+                "stock",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        wait_until(lambda: "stock" in registered_keys(tracker_summary(local_farm.tracker)), 60, "the stock server")
+        yield "stock"
+    finally:
+        stop_pid(proc.pid)
 
 
 def write_sweep(directory: Path, text: str, name: str = "sweep.toml") -> Path:

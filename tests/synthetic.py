@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from core.records import canonical_hash
 from db import models as m
 from db.store import ResultStore, tuning_columns
-from workers.records import canonical_hash
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -34,6 +34,9 @@ class Result:
     pass_trace: list[str] = field(default_factory=list)
     fingerprint: str | None = None
     tuning: dict[str, Any] | None = None  # a Build's tuning provenance (tuned builds only)
+    first_ms: float | None = None
+    peak_mem_mb: float | None = None
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def job_key(self) -> str:
@@ -138,6 +141,9 @@ def add_sweep(
                 max=max(r.samples) if r.samples else None,
                 max_abs_err=1e-6,
                 emulated=r.emulated,
+                first_ms=r.first_ms,
+                peak_mem_mb=r.peak_mem_mb,
+                warnings=r.warnings,
                 started_at=created,
                 finished_at=created,
             )

@@ -9,6 +9,7 @@ from pathlib import Path
 import onnx
 import pytest
 
+from answers import query as reads
 from orchestrator.farm import LocalFarm
 from orchestrator.plan import plan_jobs
 from orchestrator.scheduler import run_sweep
@@ -64,7 +65,7 @@ def test_spec_pairs_microcontrollers_with_aot_only(tmp_path: Path, models_dir: P
     assert sorted((j.target.name, j.executor, j.kernels) for j in jobs) == [
         ("cortex-m3", "aot-c", "c"),
         ("cortex-m3", "aot-c", "llvm"),
-        ("host", "vm-bytecode", "c"),
+        ("host", "vm-bytecode", None),
     ]
     vm_job = next(j for j in jobs if j.executor == "vm-bytecode")
     assert "kernels" not in vm_job.build_config()  # VM jobs keep the identity they had before the axis
@@ -91,7 +92,7 @@ def test_mcu_sweep_ok_deterministic_and_too_large_refused(
     cache = ArtifactCache(tmp_path / "artifacts")
 
     outcome = run_sweep(load_spec(path), store, mcu_farm.tracker, cache)
-    rows = store.results(outcome.sweep_id)
+    rows = reads.results(store, outcome.sweep_id)
     by = {(r["model"], r["kernels_path"]): r for r in rows}
     assert len(rows) == 8, rows
     for model in ("tiny_cnn", "two_outputs", "conv_gemm_32"):
@@ -110,14 +111,14 @@ def test_mcu_sweep_ok_deterministic_and_too_large_refused(
     assert by[("tiny_cnn", "llvm")]["median"] < by[("tiny_cnn", "c")]["median"]
     # "Does it fit a 256 KB part?" is answerable from the builds table.
     assert by[("tiny_cnn", "c")]["flash_bytes"] < 256 * 1024 < by[("conv_gemm_32", "c")]["flash_bytes"]
-    detail = store.job_detail(by[("conv_gemm_32", "c")]["job_key"])
+    detail = reads.job_detail(store, by[("conv_gemm_32", "c")]["job_key"])
     assert detail["build"]["memory"]["workspace_bytes"] > 0 and detail["build"]["memory"]["weights_bytes"] > 288_000
-    board = next(b for b in store.boards() if b.key == "cortex-m4-emu")
+    board = next(b for b in reads.boards(store) if b.key == "cortex-m4-emu")
     assert board.emulated and board.facts["mcu"]["qemu_machine"] == "mps2-an386"
 
     rerun = run_sweep(load_spec(path, label="rerun"), store, mcu_farm.tracker, cache)
     assert rerun.built == 2 and rerun.cached == 6  # only the refused builds are tried again
-    again = {(r["model"], r["kernels_path"]): r for r in store.results(rerun.sweep_id)}
+    again = {(r["model"], r["kernels_path"]): r for r in reads.results(store, rerun.sweep_id)}
     for key, row in by.items():
         if row["status"] == "ok":
             assert again[key]["status"] == "ok"
@@ -130,7 +131,7 @@ def test_mcu_agent_kills_a_hanging_board_at_the_deadline(tmp_path: Path, mcu_far
 
     from tests.test_aot_standalone import hanging_firmware
     from workers.aot.runner import pack_inputs
-    from workers.measure import request_session
+    from workers.tracker_client import request_session
 
     session = request_session(mcu_farm.tracker, "cortex-m4-emu", deadline_s=60, session_timeout_s=60)
     run = session.remote.get_function("tvmbench.mcu.run")

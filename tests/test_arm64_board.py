@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from answers import query as reads
 from db.store import ResultStore
 from orchestrator.farm import LocalFarm, provision_board
 from orchestrator.scheduler import run_sweep
@@ -79,7 +80,7 @@ def arm_sweep(arm_farm: LocalFarm, models_dir: Path, ray_local: None, tmp_path_f
     store = ResultStore(f"sqlite:///{tmp / 'results.db'}")
     cache = ArtifactCache(tmp / "artifacts")
     outcome = run_sweep(spec, store, arm_farm.tracker, cache)
-    rows = {r["target"]: r for r in store.results(spec.sweep_id)}
+    rows = {r["target"]: r for r in reads.results(store, spec.sweep_id)}
     yield outcome, rows, store, cache
     store.close()
 
@@ -93,11 +94,11 @@ def test_same_model_runs_on_host_and_emulated_arm(arm_sweep) -> None:
     for row in (host, arm):
         assert row["max_abs_err"] is not None and row["max_abs_err"] <= 1e-4
     assert arm["emulated"] is True and host["emulated"] is False
-    detail = store.job_detail(arm["job_key"])
+    detail = reads.job_detail(store, arm["job_key"])
     sha = detail["build"]["artifact_sha256"]
     assert detail["build"]["artifact_arch"] == "aarch64"
     assert elf_arch(cache.get(sha)) == "aarch64"  # the bytes themselves, not only the recorded fact
-    board = next(b for b in store.boards() if b.key == "arm64-emu")
+    board = next(b for b in reads.boards(store) if b.key == "arm64-emu")
     assert board.arch == "aarch64" and board.emulated
     assert board.facts["tvm_version"] == "0.27.0.post1"
 
@@ -146,3 +147,23 @@ def test_farm_up_unknown_board_kind_is_one_line_error(home: Path) -> None:
     result = CliRunner().invoke(app, ["farm", "up", "--board", "pdp11"])
     assert result.exit_code == 1
     assert "'pdp11' is not a board this machine can emulate" in result.output and "arm64-emu" in result.output
+
+
+@pytest.mark.arm64
+def test_board_state_and_memory_come_from_host_and_emulated_boards(arm_sweep) -> None:
+    """The agent reads board state and session memory on both boards, under qemu too."""
+    _, rows, store, _ = arm_sweep
+    for target in ("host", "arm64-emu"):
+        runs = reads.job_detail(store, rows[target]["job_key"])["runs"]
+        run = next(r for r in runs if r["status"] == "ok")
+        for when in ("before", "after"):
+            state = run["board_state"][when]
+            assert set(state) >= {"cpufreq", "thermal", "load_avg", "time"}, state
+            for part in ("cpufreq", "thermal"):  # a reading, or unavailable with its reason: never empty
+                assert state[part]["available"] is True or state[part]["reason"]
+        assert run["memory"]["available"] is True and run["peak_mem_mb"] > 0
+        assert run["memory"]["after_runs"]["vmhwm_kb"] >= run["memory"]["before_load"]["vmrss_kb"]
+        assert run["first_ms"] > 0 and run["phases"]["first_inference"]["source"] == "board"
+        assert run["upload_bytes"] > 0 and run["load_s"] > 0
+        if not state["cpufreq"]["available"]:
+            assert not run["warnings"]  # no cpufreq is "unavailable", not a false governor warning

@@ -2,55 +2,17 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from orchestrator.farm import LocalFarm, free_port, stop_pid
+from answers import query as reads
+from orchestrator.farm import LocalFarm
 from orchestrator.scheduler import run_sweep
 from orchestrator.spec import SpecError, load_spec, parse_spec
 from tests.conftest import write_sweep
 from workers.artifacts import ArtifactCache
-from workers.measure import registered_keys, tracker_summary
-
-
-@pytest.fixture
-def stock_board(local_farm: LocalFarm, tmp_path: Path) -> Iterator[str]:
-    """A stock `python -m tvm.exec.rpc_server` (no tvmbench functions) registered under key "stock"."""
-    port = free_port()
-    with open(tmp_path / "stock.log", "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tvm.exec.rpc_server",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--port-end",
-                str(port + 1),
-                "--tracker",
-                local_farm.tracker,
-                "--key",
-                "stock",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    try:
-        from orchestrator.farm import wait_until
-
-        wait_until(lambda: "stock" in registered_keys(tracker_summary(local_farm.tracker)), 60, "the stock server")
-        yield "stock"
-    finally:
-        stop_pid(proc.pid)
-
 
 SWEEP = """
 name = "profile"
@@ -77,10 +39,10 @@ def test_profile_and_onnxruntime_baseline_on_agent_and_stock_server(
     spec = load_spec(write_sweep(tmp_path, SWEEP.format(models=models_dir)))
     assert spec.measure.profile is True
     outcome = run_sweep(spec, store, local_farm.tracker, ArtifactCache(home / "artifacts"))
-    assert dict(outcome.statuses) == {"ok": 5, "build": 1}, store.results(spec.sweep_id)
+    assert dict(outcome.statuses) == {"ok": 5, "build": 1}, reads.results(store, spec.sweep_id)
     runs, rows = {}, {}
-    for row in store.results(spec.sweep_id):
-        detail = store.job_detail(row["job_key"], spec.sweep_id)
+    for row in reads.results(store, spec.sweep_id):
+        detail = reads.job_detail(store, row["job_key"], spec.sweep_id)
         runs[(row["target"], row["executor"])] = (detail["runs"][-1]["kernel_profile"], detail["build"])
         rows[(row["target"], row["executor"])] = row
 

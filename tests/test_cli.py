@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 from orchestrator.farm import LocalFarm
 from tests.conftest import write_sweep
-from workers.measure import registered_keys, tracker_summary
+from workers.tracker_client import registered_keys, tracker_summary
 
 runner = CliRunner()
 
@@ -95,7 +95,7 @@ def test_run_list_show_and_rerun(
 
 def test_show_unknown_job(home: Path) -> None:
     result = invoke("results", "show", "deadbeef")
-    assert result.exit_code == 1 and "no job with key starting 'deadbeef'" in result.output
+    assert result.exit_code == 2 and "no job with key starting 'deadbeef'" in result.output  # not found: 2
 
 
 def test_farm_up_list_down(home: Path) -> None:

@@ -9,9 +9,10 @@ import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner
 
+from answers import query as reads
+from answers.compare import compare
 from db import models as m
 from db.store import ResultStore
-from orchestrator.compare import compare
 from orchestrator.farm import LocalFarm
 from tests.conftest import write_sweep
 from tests.synthetic import Result, add_sweep, noisy, row_by
@@ -111,11 +112,11 @@ def test_show_diff_of_pass_traces_and_missing_profile(store) -> None:  # type: i
     assert "+FuseOps" in out and "-Normalize" not in out
     assert "kernel profile: not recorded" in out
     code, out = _cli("results", "show", a.job_key[:10], "--diff", "ffffffffff", "--db", store.url)
-    assert code == 1 and "no job with key starting 'ffffffffff' to diff against" in out
+    assert code == 2 and "no job with key starting 'ffffffffff' to diff against" in out  # not found
 
 
 def test_kernel_profile_shapes_are_normalised() -> None:
-    from orchestrator.why import normalise_profile
+    from answers.why import normalise_profile
 
     assert normalise_profile({"fused_conv": 2.0, "add": 0.5}) == [("fused_conv", 2.0), ("add", 0.5)]
     listed = [
@@ -180,7 +181,7 @@ def test_real_sweep_twice_compares_clean_and_flags_a_slowed_config(
     try:
         for label in ("a", "b"):
             outcome = run_sweep(load_spec(path, label=label), store, local_farm.tracker, cache)
-            assert dict(outcome.statuses) == {"ok": 4}, store.results()
+            assert dict(outcome.statuses) == {"ok": 4}, reads.results(store)
         db = ["--db", store.url]
         # Same spec, same board, one after the other. On a quiet host the default 5 % threshold holds; this
         # test machine is shared by several concurrent test runs (seen: host load 8 on 2 cores) whose load

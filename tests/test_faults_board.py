@@ -18,18 +18,19 @@ import pytest
 from typer.testing import CliRunner
 
 from benchmarks.chaos_report import board_in_session
-from db.store import QUARANTINE_AFTER, ResultStore
+from core.health import QUARANTINE_AFTER, GoldenModel
+from core.records import Build, Job, MeasureSettings, ModelRef, Run
+from db.store import ResultStore
 from orchestrator.cli import app
 from orchestrator.farm import LocalFarm, wait_until
-from orchestrator.health import GoldenModel, build_golden
+from orchestrator.health import build_golden
 from workers import model_zoo
 from workers.artifacts import ArtifactCache
-from workers.compile import build_job
-from workers.measure import measure_job, request_session
+from workers.executors.registry import build_job, measure_job
 from workers.onnx_model import seeded_inputs
-from workers.records import Build, Job, MeasureSettings, ModelRef, Run
 from workers.reference import reference_outputs
 from workers.targets import PRESETS
+from workers.tracker_client import request_session
 
 SLOW = {"n": 512, "chain": 4}  # about 3 s per inference untuned on this kind of machine
 

@@ -21,6 +21,8 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
+from answers import query as reads
+from core.records import FINAL_STATUSES
 from db.store import ResultStore
 from orchestrator.cli import app
 from orchestrator.farm import LocalFarm, wait_until
@@ -30,8 +32,7 @@ from orchestrator.spec import load_spec
 from tests.conftest import write_sweep
 from workers import model_zoo
 from workers.artifacts import ArtifactCache
-from workers.measure import tracker_summary
-from workers.records import FINAL_STATUSES
+from workers.tracker_client import tracker_summary
 
 TVMBENCH = str(Path(sys.executable).with_name("tvmbench"))
 QUICK = "[measure]\nnumber = 1\nrepeat = 2\nsession_timeout_s = 60\ndevice_wait_s = 60\n"
@@ -58,12 +59,12 @@ def _runs(db: Path, sweep_id: str) -> list[tuple[str, int, str]]:
 
 def assert_reconciled(store: ResultStore, sweep_id: str, planned: int) -> None:
     """Jobs accepted = final rows, each with a status, no key twice, attempts numbered 1..n."""
-    rows = store.results(sweep_id)
+    rows = reads.results(store, sweep_id)
     keys = Counter(r["job_key"] for r in rows)
     assert len(rows) == planned and max(keys.values()) == 1, keys
     assert all(r["status"] in FINAL_STATUSES for r in rows), Counter(r["status"] for r in rows)
     for row in rows:
-        attempts = [r["attempt"] for r in store.job_detail(row["job_key"], sweep_id)["runs"]]
+        attempts = [r["attempt"] for r in reads.job_detail(store, row["job_key"], sweep_id)["runs"]]
         assert attempts == list(range(1, len(attempts) + 1)), (row["job_key"], attempts)
 
 
@@ -286,7 +287,7 @@ def test_ray_dashboard_is_not_started(ray_local: None) -> None:
 
 
 def test_cancel_without_a_driver_marks_the_rest_and_keeps_results(tmp_path: Path, models_dir: Path) -> None:
-    from workers.records import Run
+    from core.records import Run
 
     store = ResultStore(f"sqlite:///{tmp_path / 'c.db'}")
     spec = load_spec(
@@ -312,6 +313,6 @@ def test_cancel_without_a_driver_marks_the_rest_and_keeps_results(tmp_path: Path
     # A late result for a cancelled job is kept as an attempt but never becomes a second outcome.
     store.record_run(spec.sweep_id, Run(job_key=jobs[1].key, attempt=1, status="ok"), final=True)
     assert store.job_statuses(spec.sweep_id)[jobs[1].key] == "cancelled"
-    assert [r["attempt"] for r in store.job_detail(jobs[1].key, spec.sweep_id)["runs"]] == [1]
+    assert [r["attempt"] for r in reads.job_detail(store, jobs[1].key, spec.sweep_id)["runs"]] == [1]
     assert store.get_sweep(spec.sweep_id).status == "cancelled"
     store.close()

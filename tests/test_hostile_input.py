@@ -169,7 +169,7 @@ def test_operator_tvm_cannot_import_ends_as_one_model_row(tmp_path: Path, store)
     """An operator ONNX defines but TVM's importer lacks passes intake and ends as a `model` build."""
     from orchestrator.plan import plan_jobs
     from orchestrator.spec import load_spec
-    from workers.compile import build_job
+    from workers.executors.registry import build_job
 
     folder = tmp_path / "models"
     folder.mkdir()

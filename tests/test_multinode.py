@@ -37,6 +37,7 @@ import onnx
 import pytest
 from sqlalchemy import select
 
+from answers import query as reads
 from db import models as m
 from db.store import ResultStore
 from orchestrator.farm import LocalFarm, free_port, wait_until
@@ -245,7 +246,7 @@ repeat = 2
             logs = _cli(["sweep", "logs", sweep_id, "--ray-address", ray_cluster.dashboard], client_env)
             pytest.fail(f"sweep did not finish; job log:\n{logs.stdout[-4000:]}\n{logs.stderr[-2000:]}")
 
-        rows = store.results(sweep_id)
+        rows = reads.results(store, sweep_id)
         assert len(rows) == 4
         assert {r["status"] for r in rows} == {"ok"}, json.dumps(rows, indent=1, default=str)
         with store.engine.connect() as conn:

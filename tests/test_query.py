@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from orchestrator import query as q
-from orchestrator import ranking, regressions
+from answers import query as q
+from answers import ranking, regressions
 from tests.synthetic import T0, Result, add_sweep, noisy, row_by
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from orchestrator import regressions, stats
+from answers import regressions, stats
 from tests.synthetic import noisy
 
 

@@ -12,9 +12,10 @@ from dataclasses import replace
 import pytest
 from sqlalchemy import func, select
 
+from answers import query as reads
+from core.records import Build, Job, MeasureSettings, ModelRef, Run
 from db import models as m
 from db.store import ResultStore
-from workers.records import Build, Job, MeasureSettings, ModelRef, Run
 from workers.targets import PRESETS
 
 TVM = "0.27.test"
@@ -127,7 +128,7 @@ def test_two_sweeps_share_models(db: ResultStore) -> None:
     begin(db, "sweepB000000", make_jobs(MODEL) + make_jobs(OTHER_MODEL))
     assert count(db, m.Model) == 2
     assert count(db, m.Job) == 12
-    assert [s.id for s in db.list_sweeps()] == ["sweepB000000", "sweepA000000"]
+    assert [s.id for s in reads.sweeps(db)] == ["sweepB000000", "sweepA000000"]
 
 
 def test_save_build_and_get_build(db: ResultStore) -> None:
@@ -156,7 +157,7 @@ def test_record_run_non_final_then_final(db: ResultStore) -> None:
     infra = ok_run(job, attempt=2, status="infra", error="board died", samples_ms=(), median_ms=None)
     db.record_run("sweep0000001", infra, final=False)
     assert db.job_statuses("sweep0000001")[job.key] == "pending-device", "an infra retry is not final"
-    board = db.boards()[0]
+    board = reads.boards(db)[0]
     assert (board.state, board.consecutive_failures) == ("suspect", 1)
 
     run_id = db.record_run("sweep0000001", ok_run(job, attempt=3), final=True)
@@ -164,9 +165,9 @@ def test_record_run_non_final_then_final(db: ResultStore) -> None:
     again = db.record_run("sweep0000001", ok_run(job, attempt=3, median_ms=99.0), final=True)
     assert again == run_id, "writing the same attempt twice keeps the first row"
     assert count(db, m.Run) == 3
-    assert db.boards()[0].consecutive_failures == 0, "a good run clears the failure count"
+    assert reads.boards(db)[0].consecutive_failures == 0, "a good run clears the failure count"
 
-    detail = db.job_detail(job.key[:10])
+    detail = reads.job_detail(db, job.key[:10])
     assert [r["attempt"] for r in detail["runs"]] == [1, 2, 3]
     assert [r["status"] for r in detail["runs"]] == ["pending-device", "infra", "ok"]
     assert detail["median_ms"] == pytest.approx(1.1), "the first write of attempt 3 is the one kept"
@@ -185,7 +186,7 @@ def test_results_and_equivalent_programs(db: ResultStore) -> None:
     db.record_run("sweep0000001", ok_run(follower_b, equivalent_to=leader_b.key), final=True)
     db.finish_job("sweep0000001", jobs[2].key, "build", "LLVM died")
 
-    rows = {r["job_key"]: r for r in db.results("sweep0000001")}
+    rows = {r["job_key"]: r for r in reads.results(db, "sweep0000001")}
     assert len(rows) == 4
     assert rows[leader_b.key]["status"] == "ok" and rows[leader_b.key]["median_ms"] == pytest.approx(1.1)
     assert rows[follower_b.key]["equivalent_to"] == leader_b.key
@@ -193,10 +194,10 @@ def test_results_and_equivalent_programs(db: ResultStore) -> None:
     assert rows[jobs[3].key]["status"] == "pending" and rows[jobs[3].key]["median_ms"] is None
     assert rows[leader_b.key]["samples"] == [1.0, 1.2, 1.1]
 
-    detail = db.job_detail(leader_b.key)
+    detail = reads.job_detail(db, leader_b.key)
     same = [s["job_key"] for s in detail["same_program_as"]]
     assert same == [follower_b.key], f"same program as: {same}"
-    assert db.job_detail("f" * 20) is None
+    assert reads.job_detail(db, "f" * 20) is None
 
 
 # --- several writers at once ---------------------------------------------------------------------
@@ -233,7 +234,7 @@ def test_concurrent_writers_make_one_sweep(db_url: str) -> None:
         assert count(store, m.Run) == 4, "duplicate run rows: one attempt per job expected"
         assert count(store, m.Build) == 4
         assert count(store, m.Board) == 2
-        rows = store.results("sharedsweep1")
+        rows = reads.results(store, "sharedsweep1")
         assert {r["status"] for r in rows} == {"ok"}
         with store.engine.connect() as conn:
             finals = conn.execute(select(m.Job.final_run_id)).scalars().all()

@@ -113,7 +113,7 @@ def test_status_shows_progress_from_the_database(tmp_path: Path, home: Path) -> 
     assert status["pending"] == 2
 
     missing = runner.invoke(app, ["sweep", "status", "nosuchsweep", "--db", url])
-    assert missing.exit_code == 1
+    assert missing.exit_code == 2  # not found, like every lookup
     assert "no sweep 'nosuchsweep' in the database" in missing.output
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from answers import query as reads
 from db import models as m
 from db.store import ResultStore
 from orchestrator.farm import LocalFarm
@@ -47,14 +48,14 @@ def outcome_and_store(
 def test_sweep_end_to_end(outcome_and_store, local_farm: LocalFarm) -> None:
     spec, outcome, store, _, events = outcome_and_store
     assert outcome.jobs == 12 and outcome.complete
-    assert dict(outcome.statuses) == {"ok": 12}, store.results(spec.sweep_id)
+    assert dict(outcome.statuses) == {"ok": 12}, reads.results(store, spec.sweep_id)
     assert outcome.built == 12 and outcome.cached == 0
     # Measurement proceeds as builds finish, not after all of them.
     assert "measured" in events[: events.index("built") + 3] or events.index("measured") < len(events) - 1
     first_measured = events.index("measured")
     assert events[first_measured:].count("built") > 0, events
 
-    rows = store.results(spec.sweep_id)
+    rows = reads.results(store, spec.sweep_id)
     assert len(rows) == 12 and len({r["job_key"] for r in rows}) == 12
     for r in rows:
         for field in (
@@ -82,8 +83,8 @@ def test_sweep_end_to_end(outcome_and_store, local_farm: LocalFarm) -> None:
             assert {two["equivalent_to"], three["equivalent_to"]} - {None} in ({two["job_key"]}, {three["job_key"]})
             assert two["median_ms"] == three["median_ms"]
     cnn0, cnn2 = (
-        store.job_detail(by_cfg[("tiny_cnn", "vm-bytecode", 0)]["job_key"]),
-        store.job_detail(by_cfg[("tiny_cnn", "vm-bytecode", 2)]["job_key"]),
+        reads.job_detail(store, by_cfg[("tiny_cnn", "vm-bytecode", 0)]["job_key"]),
+        reads.job_detail(store, by_cfg[("tiny_cnn", "vm-bytecode", 2)]["job_key"]),
     )
     assert cnn0["build"]["pass_trace"] != cnn2["build"]["pass_trace"]
     assert cnn0["build"]["fingerprint"] != cnn2["build"]["fingerprint"]

@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from answers import query as reads
+from core.records import Job, ModelRef
 from orchestrator.cli import app
 from orchestrator.scheduler import run_sweep
 from orchestrator.spec import load_spec, parse_spec
 from tests.conftest import write_sweep
 from workers.artifacts import ArtifactCache, elf_arch
-from workers.compile import build_job
+from workers.executors.registry import build_job
 from workers.onnx_model import load_model
-from workers.records import Job, ModelRef
 from workers.targets import PRESETS, presets_for, target_kind
 
 REQUIRED = {"host", "rpi4", "arm64-emu", "rpi3", "armv7", "riscv64", "jetson-orin", "cuda-sm80"}
@@ -135,9 +136,9 @@ device_wait_s = 5
     outcome = run_sweep(spec, store, local_farm.tracker, ArtifactCache(home / "artifacts"))
     assert dict(outcome.statuses) == {"pending-device": 1}
     assert not outcome.complete
-    (row,) = store.results(spec.sweep_id)
+    (row,) = reads.results(store, spec.sweep_id)
     assert row["status"] == "pending-device"
     assert "cuda-sm80" in row["error"] and "sweep resume" in row["error"]
-    build = store.job_detail(row["job_key"], spec.sweep_id)["build"]
+    build = reads.job_detail(store, row["job_key"], spec.sweep_id)["build"]
     assert build["status"] == "ok" and build["artifact_sha256"]
     assert ArtifactCache(home / "artifacts").has(build["artifact_sha256"])

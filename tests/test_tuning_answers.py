@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from answers import query, ranking
+from core.records import Build, Job, MeasureSettings, ModelRef
 from db.store import ResultStore
-from orchestrator import ranking
 from orchestrator.cli import app
 from tests.synthetic import Result, add_sweep, noisy, row_by
-from workers.records import Build, Job, MeasureSettings, ModelRef
 from workers.targets import PRESETS
 
 
@@ -134,10 +134,10 @@ def test_build_tuning_round_trips_through_the_store(db_url: str) -> None:
     dict_in = tuning(64, 300.0, 250.0)
     store.save_build(job, Build(build_key=job.build_key("0.27"), status="ok", tuning=dict_in))
     assert store.get_build(job.build_key("0.27")).tuning == dict_in
-    (row,) = store.results("s1")
+    (row,) = query.results(store, "s1")
     assert (row["tuning_budget"], row["tuning_trials"], row["tuning_s"]) == (64, 56, 300.0)
     # an untuned build keeps NULLs
     store.save_build(job, Build(build_key=job.build_key("0.27"), status="ok"))
-    (row,) = store.results("s1")
+    (row,) = query.results(store, "s1")
     assert (row["tuning_budget"], row["tuning_s"]) == (None, None)
     store.close()

@@ -15,6 +15,7 @@ import onnx
 import pytest
 from sqlalchemy import func, select
 
+from answers import query
 from db import models as m
 from db.store import ResultStore
 from orchestrator.farm import LocalFarm
@@ -54,9 +55,9 @@ def _tuned(
     assert outcome_is_new(store, spec.sweep_id)
     outcome = run_sweep(spec, store, farm.tracker, ArtifactCache(tmp_path / f"artifacts-{run}"), health_checks=False)
     assert outcome.complete
-    (row,) = store.results(spec.sweep_id)
+    (row,) = query.results(store, spec.sweep_id)
     assert row["status"] == "ok", row["error"]
-    build = store.job_detail(row["job_key"], spec.sweep_id)["build"]
+    build = query.job_detail(store, row["job_key"], spec.sweep_id)["build"]
     assert build["tuning"], "a tuned job records its tuning"
     return row, build["tuning"]
 

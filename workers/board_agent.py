@@ -11,6 +11,13 @@ Functions registered for the orchestrator (reachable through the RPC session):
 - ``tvmbench.onnxruntime(file_name, number, repeat, input_names_json, *inputs) -> str``: runs an uploaded
   ONNX model under the board's own ONNX Runtime (when installed): outputs and timings, the baseline that
   TVM builds are compared with on the same board.
+- ``tvmbench.memory() -> str``: JSON with VmRSS/VmHWM of the session process (board_state.py).
+- ``tvmbench.board_state() -> str``: JSON with governors, clocks, temperatures and load (board_state.py).
+- ``tvmbench.first_run(vm_module, func_name, device) -> float``: one ``invoke_stateful``
+  of a VM opened in this session (inputs already set), timed here in ms, so the first inference carries
+  no network round trip.
+
+Copy ``board_state.py`` next to this file: it is the only other file the agent imports.
 
 The RPC server executes whatever code a client uploads, by design. It binds 127.0.0.1 unless --host
 says otherwise, and then warns.
@@ -25,7 +32,12 @@ import platform
 import socket
 import sys
 
-AGENT_VERSION = "2"
+try:  # run as a script from its folder (on a board), or imported as part of the package (tests)
+    import board_state  # type: ignore[import-not-found]
+except ImportError:
+    from workers import board_state
+
+AGENT_VERSION = "3"
 
 
 def _cpu_model() -> str:
@@ -190,6 +202,25 @@ def register_functions(key: str, port: int, emulated: bool) -> None:
         # The RPC server keeps uploads in its session's work folder; it resolves names there.
         path = tvm_ffi.get_global_func("tvm.rpc.server.workpath")(file_name)
         return json.dumps(profile_module(path, int(repeat), list(inputs)))
+
+    # These run in the session's forked process: /proc/self is the session, not the server.
+    @tvm_ffi.register_global_func("tvmbench.memory", override=True)
+    def _memory() -> str:
+        return json.dumps(board_state.session_memory())
+
+    @tvm_ffi.register_global_func("tvmbench.board_state", override=True)
+    def _board_state() -> str:
+        return json.dumps(board_state.read_state())
+
+    @tvm_ffi.register_global_func("tvmbench.first_run", override=True)
+    def _first_run(vm_module, func_name: str, device) -> float:
+        import time
+
+        invoke = vm_module["invoke_stateful"]
+        t0 = time.perf_counter()
+        invoke(func_name)
+        device.sync()  # asynchronous devices: count the kernels, not their launch
+        return (time.perf_counter() - t0) * 1e3
 
     @tvm_ffi.register_global_func("tvmbench.onnxruntime", override=True)
     def _onnxruntime(file_name: str, number: int, repeat: int, input_names: str, *inputs) -> str:

@@ -74,6 +74,12 @@ class _HostFenceState:
         self.timing.pop(holder, None)
         self.waiting_timers.pop(holder, None)
 
+    def reset(self) -> None:
+        """Forget every hold: the driver calls it after a cancel killed the holders."""
+        self.builds.clear()
+        self.timing.clear()
+        self.waiting_timers.clear()
+
     def state(self) -> dict[str, int]:
         self._expire(time.monotonic())
         return {"builds": len(self.builds), "timing": len(self.timing), "waiting_timers": len(self.waiting_timers)}
@@ -87,6 +93,14 @@ def create_fence(host: str | None = None) -> str:
     actor = ray.remote(num_cpus=0)(_HostFenceState)
     actor.options(name=fence_name(host), namespace=NAMESPACE, get_if_exists=True, lifetime=None).remote()
     return host
+
+
+def reset_fence(host: str) -> None:
+    """Drop every hold of ``host``'s fence (its holders were just cancelled, so none will release)."""
+    import ray
+
+    with contextlib.suppress(Exception):  # no fence: nothing to reset
+        ray.get(ray.get_actor(fence_name(host), namespace=NAMESPACE).reset.remote(), timeout=30)
 
 
 class Fence:

@@ -192,6 +192,29 @@ def small_convnet(seed: int = 0, size: int = 64, channels: int = 16) -> onnx.Mod
     )
 
 
+def outer_product(n: int = 2048, seed: int = 0) -> onnx.ModelProto:
+    """a[n,1] x b[1,n] -> Relu -> ReduceSum over columns -> y[n,1]: small inputs, outputs and weights
+    (none), one n*n float32 intermediate (16 MB at n=2048). What the memory tests and benchmarks need: a
+    peak that comes from an intermediate tensor, not from parameters."""
+    del seed  # no weights: the inputs are seeded by the sweep
+    axes = numpy_helper.from_array(np.array([1], dtype=np.int64), "axes")
+    nodes = [
+        helper.make_node("MatMul", ["a", "b"], ["ab"]),
+        helper.make_node("Relu", ["ab"], ["r"]),
+        helper.make_node("ReduceSum", ["r", "axes"], ["y"], keepdims=1),
+    ]
+    return _model(
+        nodes,
+        [
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, [n, 1]),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, n]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, 1])],
+        [axes],
+        "outer_product",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Write the example models")
     parser.add_argument("out", type=Path, nargs="?", default=Path("examples/models"))

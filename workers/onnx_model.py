@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from core.errors import describe_missing
+
 BUNDLED_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
 
@@ -25,6 +27,7 @@ class ModelError(ValueError):
 # Inputs are allocated (seeded random data) on the driver and on the board, weights are uploaded: a
 # declared size above this is refused at intake rather than discovered as an out-of-memory kill.
 MAX_TENSOR_BYTES = 1 << 30
+MAX_MODEL_BYTES = (1 << 31) - 1  # protobuf's limit on one message: no valid .onnx file is larger
 # Operator domains whose schemas onnx knows; custom domains are left to the importer (a `model` row).
 _ONNX_DOMAINS = ("", "ai.onnx")
 
@@ -56,8 +59,16 @@ class LoadedModel:
 
 def load_model(path: Path) -> LoadedModel:
     """Read an ONNX file and its graph inputs (weights listed among the inputs are skipped)."""
-    if not path.is_file():
-        raise ModelError(f"model file {path} does not exist: fix the path (relative to the sweep file)")
+    if not path.is_file():  # never open a FIFO or a device: reading one blocks or never ends
+        raise ModelError(
+            f"model file {path} {describe_missing(path)}: give the path of a .onnx file (relative to the sweep file)"
+        )
+    size = path.stat().st_size
+    if size > MAX_MODEL_BYTES:  # read nothing: a sparse 50 GB file would be read whole before protobuf refused it
+        raise ModelError(
+            f"{path} is {size / 2**30:.1f} GiB, over the 2 GiB a protobuf ONNX file can hold: give a .onnx file "
+            "(larger models keep weights in external data, which tvmbench does not read)"
+        )
     data = path.read_bytes()
     try:
         proto = onnx.load_from_string(data)
@@ -82,6 +93,12 @@ def _external_data_problem(tensor: onnx.TensorProto, path: Path) -> str:
     """Why a tensor's external data is refused; never opens the file it names."""
     location = next((e.value for e in tensor.external_data if e.key == "location"), "")
     folder = path.resolve().parent
+    if location and not Path(location).is_absolute() and (folder / location).is_symlink():
+        where = "" if (folder / location).resolve().is_relative_to(folder) else ", leading outside the model's folder"
+        return (
+            f"{path}: tensor {tensor.name!r} keeps its data in {location!r}, which is a symlink{where}; refused, "
+            "unread: re-save the model with its weights inside the .onnx file"
+        )
     target = (folder / location).resolve()  # resolve() follows symlinks: a link out of the folder shows here
     if not location or Path(location).is_absolute() or not target.is_relative_to(folder):
         return (
@@ -144,15 +161,101 @@ def check_intake(proto: onnx.ModelProto, path: Path) -> None:
             )
 
 
-def seeded_inputs(inputs: tuple[tuple[str, tuple[int, ...], str], ...], seed: int) -> dict[str, np.ndarray]:
-    """Deterministic inputs for a signature: the same seed gives the same arrays on any machine."""
+DEFAULT_INT_RANGE = (0, 9)  # integers drawn when nothing says otherwise (inclusive)
+# Operators whose input at this position indexes an axis of their data input (input 0).
+_INDEX_INPUTS = {"Gather": 1, "GatherElements": 1}
+
+
+def index_bounds(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """Graph inputs used as Gather/GatherElements indices -> size of the axis they index (smallest if several).
+
+    ``shapes`` holds the concrete input shapes; the indexed data is a weight (its dims), a graph input
+    or an intermediate tensor whose shape ONNX shape inference finds. Unknown sizes are left out.
+    """
+    known: dict[str, list[int]] = {t.name: list(t.dims) for t in proto.graph.initializer}
+    known.update({name: list(shape) for name, shape in shapes.items()})
+    consumers = [
+        (node, node.input[pos])
+        for node in proto.graph.node
+        if node.domain in _ONNX_DOMAINS
+        and (pos := _INDEX_INPUTS.get(node.op_type)) is not None
+        and len(node.input) > pos
+        and node.input[pos] in shapes
+    ]
+    if not consumers:
+        return {}
+    if any(node.input[0] not in known for node, _ in consumers):
+        try:  # the data is computed: ask shape inference for its shape
+            inferred = onnx.shape_inference.infer_shapes(proto)
+            for value in inferred.graph.value_info:
+                dims = value.type.tensor_type.shape.dim
+                if dims and all(d.HasField("dim_value") for d in dims):
+                    known.setdefault(value.name, [d.dim_value for d in dims])
+        except Exception:  # inference is best effort; the reference check still catches a bad index
+            pass
+    bounds: dict[str, int] = {}
+    for node, index in consumers:
+        data = known.get(node.input[0])
+        if not data:
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if -len(data) <= axis < len(data) and data[axis] > 0:
+            bounds[index] = min(bounds.get(index, data[axis]), data[axis])
+    return bounds
+
+
+def seeded_inputs(
+    inputs: tuple[tuple[str, tuple[int, ...], str], ...],
+    seed: int,
+    ranges: dict[str, tuple[float, float]] | None = None,
+) -> dict[str, np.ndarray]:
+    """Deterministic inputs for a signature: the same seed gives the same arrays on any machine.
+
+    Integers are drawn from ``ranges[name]`` (inclusive) or DEFAULT_INT_RANGE; floats with a range are
+    uniform in it, else standard normal; booleans are fair coin flips.
+    """
     rng = np.random.default_rng(seed)
+    ranges = ranges or {}
     arrays = {}
     for name, shape, dtype in inputs:
         if np.issubdtype(np.dtype(dtype), np.integer):
-            arrays[name] = rng.integers(0, 10, size=shape).astype(dtype)
+            lo, hi = ranges.get(name, DEFAULT_INT_RANGE)
+            arrays[name] = rng.integers(int(lo), int(hi) + 1, size=shape).astype(dtype)
         elif dtype == "bool":
             arrays[name] = rng.integers(0, 2, size=shape).astype(bool)
+        elif name in ranges:
+            lo, hi = ranges[name]
+            arrays[name] = rng.uniform(lo, hi, size=shape).astype(dtype)
         else:
             arrays[name] = rng.standard_normal(size=shape).astype(dtype)
     return arrays
+
+
+def load_inputs_file(path: Path, inputs: tuple[tuple[str, tuple[int, ...], str], ...]) -> dict[str, np.ndarray]:
+    """The arrays of an .npz inputs file, checked against the signature; ModelError names the key at fault."""
+    import zipfile
+
+    if not path.is_file():
+        raise ModelError(f"inputs file {path} {describe_missing(path)}: give an .npz written by numpy.savez")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {key: npz[key] for key in npz.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise ModelError(
+            f"{path} is not an .npz of arrays ({exc}); write it with numpy.savez(path, name=array)"
+        ) from None
+    expected = {name: (tuple(shape), dtype) for name, shape, dtype in inputs}
+    for key in arrays:
+        if key not in expected:
+            raise ModelError(f"{path}: key {key!r} is not an input of the model; its inputs: {sorted(expected)}")
+    for name, (shape, dtype) in expected.items():
+        if name not in arrays:
+            raise ModelError(f"{path}: no array for input {name!r}; add {name}=<{dtype} array of shape {list(shape)}>")
+        array = arrays[name]
+        if array.dtype.name != dtype:
+            raise ModelError(
+                f"{path}: key {name!r} is {array.dtype.name}, the model's input is {dtype}; save it as {dtype}"
+            )
+        if tuple(array.shape) != shape:
+            raise ModelError(f"{path}: key {name!r} has shape {list(array.shape)}, the model's input is {list(shape)}")
+    return {name: arrays[name] for name in expected}

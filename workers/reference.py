@@ -10,9 +10,15 @@ def reference_outputs(model_data: bytes, inputs: dict[str, np.ndarray]) -> list[
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.log_severity_level = 3  # warnings about unused initializers are noise here
+    # 4 = fatal only: warnings about unused initializers are noise, and an error is raised (and reported) anyway
+    options.log_severity_level = 4
     session = ort.InferenceSession(model_data, options, providers=["CPUExecutionProvider"])
     return [np.asarray(o) for o in session.run(None, inputs)]
+
+
+def _nonfinite(values: np.ndarray) -> str:
+    nan, inf = int(np.isnan(values).sum()), int(np.isinf(values).sum())
+    return f"{nan + inf} non-finite ({nan} NaN, {inf} inf)"
 
 
 def compare(
@@ -20,7 +26,10 @@ def compare(
 ) -> tuple[float, float, str | None]:
     """(max abs error, max relative error, problem or None) of outputs against the reference.
 
-    An output passes when |out - ref| <= atol + rtol * |ref| elementwise, as numpy.allclose says.
+    An output passes when |out - ref| <= atol + rtol * |ref| elementwise, as numpy.allclose says, and
+    where it is not finite the reference has the same value at the same position (NaN with NaN, +inf
+    with +inf, -inf with -inf): a model that computes log(-1) is right to say NaN. The errors are over
+    the finite positions. Never raises: outputs that cannot be compared are a problem, not a crash.
     """
     if len(outputs) != len(reference):
         return float("inf"), float("inf"), f"{len(outputs)} outputs, ONNX Runtime gives {len(reference)}"
@@ -29,12 +38,53 @@ def compare(
     for i, (out, ref) in enumerate(zip(outputs, reference, strict=True)):
         if out.shape != ref.shape:
             return float("inf"), float("inf"), f"output {i} has shape {out.shape}, expected {ref.shape}"
-        diff = np.abs(out.astype(np.float64) - ref.astype(np.float64))
+        try:
+            o, r = np.asarray(out, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            return float("inf"), float("inf"), f"output {i} ({out.dtype}) cannot be compared as numbers: {exc}"
+        o_bad, r_bad = ~np.isfinite(o), ~np.isfinite(r)
+        same = o_bad & r_bad & ((np.isnan(o) & np.isnan(r)) | (o == r))
+        if np.any((o_bad | r_bad) & ~same):
+            where = np.argwhere((o_bad | r_bad) & ~same)
+            first = tuple(int(x) for x in where[0])
+            return (
+                float("inf"),
+                float("inf"),
+                f"output {i}: non-finite values differ at {len(where)} position(s) (first {list(first)}: "
+                f"{o[first]} vs ONNX Runtime {r[first]}); this run has {_nonfinite(o)}, ONNX Runtime "
+                f"{_nonfinite(r)} of {o.size}",
+            )
+        finite = ~same
+        diff = np.abs(o[finite] - r[finite])
         if diff.size:
-            if not np.all(np.isfinite(diff)):
-                return float("inf"), float("inf"), f"output {i} has non-finite values where ONNX Runtime has none"
+            bound = atol + rtol * np.abs(r[finite])
             max_abs = max(max_abs, float(diff.max()))
-            max_rel = max(max_rel, float((diff / np.maximum(np.abs(ref), 1e-12)).max()))
-            if problem is None and not np.all(diff <= atol + rtol * np.abs(ref)):
+            max_rel = max(max_rel, float((diff / np.maximum(np.abs(r[finite]), 1e-12)).max()))
+            if problem is None and not np.all(diff <= bound):
                 problem = f"output {i}: max abs error {diff.max():.3g} beyond atol={atol} rtol={rtol}"
     return max_abs, max_rel, problem
+
+
+def reference_problem(model: str, inputs: dict[str, np.ndarray], exc: BaseException, source: str) -> str:
+    """One line for a job whose reference could not be computed: the input(s) to look at and what to write.
+
+    ``source`` says where the inputs came from ("seeded", or the .npz file). Integer inputs are named
+    first: ONNX Runtime most often refuses an index out of range (Gather over a small table).
+    """
+    text = " ".join(str(exc).split())
+    if len(text) > 300:
+        text = text[:297] + "..."
+    ints = [n for n, a in inputs.items() if np.issubdtype(a.dtype, np.integer)]
+    named = ints or list(inputs)
+    drawn = ", ".join(
+        f"{n} {inputs[n].dtype}{list(inputs[n].shape)} in [{inputs[n].min()}, {inputs[n].max()}]"
+        if inputs[n].size and inputs[n].dtype != np.bool_
+        else f"{n} {inputs[n].dtype}{list(inputs[n].shape)}"
+        for n in named
+    )
+    example = ", ".join(f"{n} = [LO, HI]" for n in named)
+    return (
+        f"ONNX Runtime cannot run model {model} on the {source} inputs ({drawn}): {type(exc).__name__}: {text}; "
+        f"give the valid values on its [[models]] entry: input_ranges = {{ {example} }}, "
+        'or inputs_file = "inputs.npz" with an array per input'
+    )

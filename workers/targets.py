@@ -5,7 +5,8 @@ from __future__ import annotations
 import platform
 from typing import Any
 
-from workers.records import TargetSpec
+from core.records import TargetSpec
+from workers.aot.boards import BOARDS, target_dict
 
 _MACHINE_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 
@@ -101,8 +102,6 @@ PRESETS: dict[str, TargetSpec] = {
 
 def _mcu_presets() -> dict[str, TargetSpec]:
     """Emulated Cortex-M boards (executor aot-c): firmware built with arm-none-eabi-gcc, run under QEMU."""
-    from workers.aot.boards import BOARDS, target_dict
-
     return {
         b.name: TargetSpec(
             name=b.name,

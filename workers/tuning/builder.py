@@ -40,7 +40,9 @@ def compile_candidate(mod_json: str, target_str: str, cross_compiler: str | None
     from tvm.target import Target
 
     from workers.fence import local_fence
+    from workers.tuning.preload import preload_tensor_intrin
 
+    preload_tensor_intrin()  # registers the intrinsics tensorised schedules use (slow import, made fast)
     with local_fence(fence_host).building():
         mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(tvm.ir.load_json(mod_json))
         lib = tvm.compile(mod, target=Target(target_str))
@@ -143,7 +145,7 @@ class RayBuilder(PyBuilder):
             try:
                 data = ray.get(ref)
             except Exception as exc:  # the compiler refused the schedule: a failed trial, not a failed job
-                from workers.compile import one_line
+                from core.errors import one_line
 
                 results.append(self._failed("build", one_line(exc)))
                 continue

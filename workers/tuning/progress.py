@@ -25,13 +25,18 @@ class _ProgressTable:
     def snapshot(self) -> dict[str, tuple[int, int]]:
         return dict(self.table)
 
+    def clear(self) -> None:
+        self.table.clear()
+
 
 def create_progress(sweep_id: str) -> Any:
-    """The driver's progress table for ``sweep_id`` (created once, found again on resume)."""
+    """The driver's progress table for ``sweep_id`` (created once per driver, emptied for each run)."""
     import ray
 
     actor = ray.remote(num_cpus=0)(_ProgressTable)
-    return actor.options(name=progress_name(sweep_id), namespace=NAMESPACE, get_if_exists=True).remote()
+    table = actor.options(name=progress_name(sweep_id), namespace=NAMESPACE, get_if_exists=True).remote()
+    table.clear.remote()  # a rerun in the same driver starts counting afresh
+    return table
 
 
 class ProgressReporter:

@@ -27,9 +27,8 @@ from typing import Any
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerFuture, RunnerInput, RunnerResult
 
+from core.health import QUARANTINE_AFTER  # the farm's rule, applied within one tuning run
 from workers.tuning.stats import TuningStats
-
-QUARANTINE_AFTER = 3  # same rule as the farm's (db.store.QUARANTINE_AFTER; core/health.py after the seams move)
 
 
 @dataclass(frozen=True)
@@ -125,9 +124,9 @@ class FarmRunner(PyRunner):
     def _run_one(
         self, artifact_path: str, device_type: str, args_info: list[Any]
     ) -> tuple[list[float] | None, str | None]:
-        from workers.compile import one_line
+        from core.errors import one_line
         from workers.fence import Fence
-        from workers.measure import DeviceUnavailable, NoBoardRegistered, request_session
+        from workers.tracker_client import DeviceUnavailable, NoBoardRegistered, request_session
 
         cfg = self.config
         if self.stop is not None and self.stop():

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.records import Job, TuningSettings
+from core.records import Job, TuningSettings
 from workers.tuning.stats import MAX_ERRORS, TuningStats
 from workers.tuning.tasks import allocate, extract, profile_shares, split_pipeline
 
@@ -60,7 +60,7 @@ def tuning_target(tvm_target: dict[str, Any], settings: TuningSettings) -> Any:
     """
     from tvm.target import Target
 
-    from workers.compile import make_target
+    from workers.build_common import make_target
 
     target = make_target(tvm_target)
     if target.attrs.get("num-cores") is not None:
@@ -156,12 +156,13 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
-    from workers.compile import one_line
+    from core.errors import one_line
     from workers.tuning.builder import RayBuilder
     from workers.tuning.preload import preload_tensor_intrin
     from workers.tuning.progress import ProgressReporter
     from workers.tuning.runner import FarmRunner, FarmRunnerConfig
 
+    preload_tensor_intrin()  # the first TuneContext imports it; TVMScript's inspect.stack() made that minutes
     settings = job.tuning_settings
     target = tuning_target(job.target.tvm_target, settings)
     front, back = split_pipeline(job.pipeline, target)

@@ -1,7 +1,7 @@
 """MetaSchedule tuning: workloads and records in the results database; tuning provenance on builds
 
 Revision ID: 0006
-Revises: 0004 (re-chain to 0005 when issue 12's migration is on the same branch)
+Revises: 0005
 Create Date: 2026-12-01 11:00:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0006"
-down_revision = "0004"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,308 @@
+"""Records passed between pipeline stages: spec -> plan -> build -> measure -> store.
+
+Frozen dataclasses with no behaviour beyond derived fields: the vocabulary every stage shares. Which
+executors exist, and what each does, is the registry's (workers/executors/registry.py). Failures travel
+as values with a kind (see ``ErrorKind``), never as exceptions crossing a stage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+# Who is at fault, after LAVA's split; the retry policy and board health follow from the kind.
+ErrorKind = Literal[
+    "model",  # bad input: the model cannot be imported
+    "build",  # the compiler failed, or the artifact cannot run on the board's architecture
+    "device-unavailable",  # no board of the key became free before the deadline
+    "timeout",  # the session ran past its deadline on the board
+    "infra",  # the board or the network died: retry elsewhere
+    "wrong-result",  # ran, but outputs differ from ONNX Runtime beyond tolerance
+    "cancelled",
+]
+ERROR_KINDS: tuple[str, ...] = (
+    "model",
+    "build",
+    "device-unavailable",
+    "timeout",
+    "infra",
+    "wrong-result",
+    "cancelled",
+)
+# A job's status is "ok", one of the error kinds (final), or one of these (not final yet).
+PENDING_STATUSES: tuple[str, ...] = ("pending", "pending-device")
+FINAL_STATUSES: tuple[str, ...] = ("ok", *ERROR_KINDS)
+
+# "per-target": relax.get_default_pipeline(target) (fuses ops, dlight on GPUs);
+# "generic": relax.get_pipeline("default"), what tvm.compile uses (no FuseOps on CPU).
+PIPELINES: tuple[str, ...] = ("per-target", "generic")
+
+
+def canonical_hash(obj: Any) -> str:
+    """sha256 hex of the canonical JSON of ``obj`` (sorted keys, no whitespace)."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """An ONNX model by content, with the concrete input signature it is built for."""
+
+    name: str
+    sha256: str
+    source: str  # the path as given, or "onnx:<name>" for a model bundled with the onnx package
+    inputs: tuple[tuple[str, tuple[int, ...], str], ...]  # (name, shape, dtype)
+    # Where the input values come from when not the default draw: (name, low, high) inclusive ranges
+    # (given in the sweep file, or the size of the table an integer input indexes), or the sha256 of an
+    # .npz inputs file. Empty/None for the default, so older job keys stay the same.
+    value_ranges: tuple[tuple[str, float, float], ...] = ()
+    inputs_file_sha256: str | None = None
+
+    @property
+    def shape_dict(self) -> dict[str, list[int]]:
+        return {name: list(shape) for name, shape, _ in self.inputs}
+
+    def input_values(self) -> dict[str, Any]:
+        """What decides the input values beyond the seed, for identities; {} for the default draw."""
+        if self.inputs_file_sha256:
+            return {"inputs_file": self.inputs_file_sha256}
+        return {"value_ranges": [list(r) for r in self.value_ranges]} if self.value_ranges else {}
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """Where a program is built for and which boards may run it."""
+
+    name: str
+    tvm_target: dict[str, Any]  # JSON dict form, or {"tag": "<tvm tag>"}; TVM 0.27 rejects option strings
+    board_key: str
+    arch: str  # machine the artifact must run on: x86_64, aarch64, armv7l, riscv64, ...
+    cross_compiler: str | None = None  # e.g. "aarch64-linux-gnu-gcc"; None builds with the host's cc
+    cross_compiler_package: str | None = None  # Debian packages (space-separated): compiler and its libc
+    emulated: bool = False  # timings come from an emulator and say nothing about real speed
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How a program is timed and checked; part of a job's identity."""
+
+    number: int = 10
+    repeat: int = 3
+    min_repeat_ms: int = 0
+    cooldown_ms: int = 0
+    seed: int = 0
+    atol: float = 1e-4
+    rtol: float = 1e-3
+    session_timeout_s: float = 120.0
+    device_wait_s: float = 60.0
+    profile: bool = False  # also time every kernel call on the board (needs the board agent)
+    # Sampling (workers/sampling.py): runs discarded before sampling; with target_rel_ci, sample between
+    # min_repeat and max_repeat until the 95 % CI half-width of the median is within that fraction of it;
+    # max_s caps the sampling time of a job in either mode.
+    warmup: int = 0
+    min_repeat: int | None = None
+    max_repeat: int | None = None
+    target_rel_ci: float | None = None
+    max_s: float | None = None
+
+    def identity(self) -> dict[str, Any]:
+        """The settings as they enter job keys and sweep ids: sampling keys left at their defaults are
+        omitted, so sweeps written before they existed keep their keys (and their stored results)."""
+        values = asdict(self)
+        for name in SAMPLING_KEYS:
+            if values[name] == _SAMPLING_DEFAULTS[name]:
+                del values[name]
+        return values
+
+
+SAMPLING_KEYS: tuple[str, ...] = ("warmup", "min_repeat", "max_repeat", "target_rel_ci", "max_s")
+_SAMPLING_DEFAULTS: dict[str, Any] = {
+    "warmup": 0,
+    "min_repeat": None,
+    "max_repeat": None,
+    "target_rel_ci": None,
+    "max_s": None,
+}
+
+
+# MetaSchedule cost models and module-equality rules a sweep may name in its [tuning] table.
+COST_MODELS: tuple[str, ...] = ("xgb", "random", "mlp")
+MODULE_EQUALITIES: tuple[str, ...] = ("structural", "ignore-tensor", "anchor-block")
+
+
+@dataclass(frozen=True)
+class TuningSettings:
+    """How MetaSchedule searches (the ``[tuning]`` table); the budget itself is the ``tuning`` axis."""
+
+    max_trials_per_task: int | None = None  # None: a task may get the whole budget
+    num_trials_per_iter: int = 16  # candidates per search round (MetaSchedule's default is 64)
+    cost_model: str = "xgb"
+    seed: int = 0
+    module_equality: str = "structural"
+    num_cores: int | None = None  # the boards' cores when the target does not say ("num-cores")
+    builder_timeout_s: float = 120.0  # one candidate build on a warm worker
+    runner_timeout_s: float = 60.0  # one candidate's board session: upload, load, timing
+    device_wait_s: float = 60.0  # waiting for a free board, per candidate
+
+
+@dataclass(frozen=True)
+class Job:
+    """One point of the sweep matrix: a model on a target in one build configuration."""
+
+    model: ModelRef
+    target: TargetSpec
+    executor: str
+    opt_level: int
+    pipeline: str
+    measure: MeasureSettings = field(default_factory=MeasureSettings)
+    # The kernels axis ("c" or "llvm" code generation), for executors that take it (aot-c); None for the others.
+    kernels: str | None = None
+    tuning: int = 0  # MetaSchedule trial budget; 0 = untuned (the axis "tuning")
+    tuning_settings: TuningSettings = field(default_factory=TuningSettings)
+
+    def build_config(self) -> dict[str, Any]:
+        """What determines the compiled program (not how it is measured)."""
+        config = {
+            "model": self.model.sha256,
+            "inputs": [list(i) for i in self.model.inputs],
+            "target": self.target.tvm_target,
+            "cross_compiler": self.target.cross_compiler,
+            "executor": self.executor,
+            "opt_level": self.opt_level,
+            "pipeline": self.pipeline,
+        }
+        if self.kernels is not None:  # executors without the axis keep the keys they always had
+            config["kernels"] = self.kernels
+        if self.tuning:  # untuned jobs keep the keys they always had
+            # A tuned program is chosen by timings on the key's boards: the boards are part of it.
+            config["tuning"] = {
+                "budget": self.tuning,
+                "board_key": self.target.board_key,
+                **asdict(self.tuning_settings),
+            }
+        return config
+
+    @property
+    def key(self) -> str:
+        """Stable identity of the job: the same on any machine for the same sweep file."""
+        return canonical_hash(
+            {
+                **self.build_config(),
+                "board_key": self.target.board_key,
+                "measure": self.measure.identity(),
+                **self.model.input_values(),  # other inputs, other verdict; the build stays the same
+            }
+        )
+
+    def build_key(self, tvm_version: str) -> str:
+        """Identity of the artifact: a TVM upgrade builds anew."""
+        return canonical_hash({**self.build_config(), "tvm": tvm_version})
+
+
+@dataclass(frozen=True)
+class Build:
+    """What compiling one job produced, or why it did not."""
+
+    build_key: str
+    status: str  # "ok", "model" or "build"
+    error: str | None = None
+    fingerprint: str | None = None  # structural hash of the lowered IR plus executor and target
+    pass_trace: tuple[str, ...] = ()
+    kernel_count: int | None = None
+    compile_s: float | None = None
+    artifact_sha256: str | None = None
+    artifact_size: int | None = None
+    artifact_arch: str | None = None
+    tvm_version: str | None = None
+    ffi_version: str | None = None
+    host: str | None = None
+    # Microcontroller builds: flash_bytes (text + weights), ram_bytes (arena, workspace, I/O, stack
+    # estimate) and their parts. Relax VM builds (workers/memory_plan.py): params_bytes, planned_bytes
+    # (after StaticPlanBlockMemory) and ram_bytes = their sum. None when not known.
+    memory: dict[str, Any] | None = None
+    # MetaSchedule tuning provenance (None when untuned): budget, trials_run, trials_from_records, tasks
+    # [{name, weight, flops, trials, best_us, records_found}], failed_trials {kind: n}, errors (samples),
+    # tuning_s, build_s, board_wait_s, run_s, cost_model, seed, database.
+    tuning: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One attempt to run a job's program on a board."""
+
+    job_key: str
+    attempt: int
+    status: str  # "ok" or an ErrorKind
+    board_id: str | None = None
+    error: str | None = None
+    samples_ms: tuple[float, ...] = ()  # one mean per repeat, as time_evaluator reports them
+    median_ms: float | None = None
+    mean_ms: float | None = None
+    std_ms: float | None = None
+    min_ms: float | None = None
+    max_ms: float | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    emulated: bool = False
+    load_avg_1m: float | None = None  # host load when the timing started
+    builds_in_flight: int | None = None  # builds running on this machine while timing (0 when fenced)
+    equivalent_to: str | None = None  # job key whose identical program was measured instead
+    board_facts: dict[str, Any] | None = None
+    kernel_profile: dict[str, Any] | None = None  # per-kernel times, or {"available": False, "reason": ...}
+    health: str | None = None  # "ok" / "failed" when the board ran the golden model before this attempt
+    started_at: float | None = None
+    finished_at: float | None = None
+    # What samples_ms/median_ms/... count: "ms", or "instructions" for emulated microcontrollers (a
+    # deterministic count from qemu -icount, never to be ranked against milliseconds).
+    unit: str = "ms"
+    # How sampling ended (workers/sampling.py): warmup count, stop reason, achieved CI and its details.
+    warmup_runs: int | None = None
+    stop_reason: str | None = None
+    ci_rel: float | None = None
+    sampling: dict[str, Any] | None = None
+    # Phases before the steady state: upload, module load, first inference (None: not measured; the
+    # phases dict then says why).
+    upload_bytes: int | None = None
+    upload_s: float | None = None
+    load_s: float | None = None
+    first_ms: float | None = None
+    phases: dict[str, Any] | None = None
+    # Resident memory of the board's session process (VmHWM, MB) and the readings it comes from, or
+    # {"available": False, "reason": ...}.
+    peak_mem_mb: float | None = None
+    memory: dict[str, Any] | None = None
+    # Board state before/after the samples (workers/board_state.py) and the warnings drawn from it.
+    board_state: dict[str, Any] | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+# MetaSchedule's stand-in run time of a candidate that failed to build or run (kMaxMeanTime).
+MS_FAILED_RUN_S = 1e10
+
+
+@dataclass(frozen=True)
+class TuningScope:
+    """Where tuning records are valid: one target, one kind of board, one TVM, one module equality.
+
+    A record timed on another board key, for another target or by another TVM is not evidence here.
+    ``target`` is the tuning target as ``tvm.target.Target(...).export()`` gives it.
+    """
+
+    target: dict[str, Any]
+    board_key: str
+    tvm_version: str
+    module_equality: str = "structural"
+
+    @property
+    def target_key(self) -> str:
+        return canonical_hash(self.target)

@@ -1,0 +1,1 @@
+"""`tvmbench serve`: a read-only web dashboard over the results database (Starlette + Jinja2, run by uvicorn)."""

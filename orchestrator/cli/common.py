@@ -1,0 +1,109 @@
+"""What every command group of the CLI shares: the consoles, the common options, the one-line failure."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from answers.query import NoSuchJob, QueryError
+from core.errors import one_line
+from db.store import ResultStore, StoreError, default_home
+from orchestrator.farm import FarmError
+from orchestrator.spec import SpecError, SweepSpec, load_spec
+from orchestrator.submit import NotFound, SubmitError
+
+T = TypeVar("T")
+
+# Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default. No markup:
+# model paths, keys, presets, job ids and messages are user text ("[axes]", "[/x]") and print as written;
+# styles are given as rich Text.
+console = Console(width=None if sys.stdout.isatty() else 200, markup=False)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200, markup=False)
+NOT_FOUND = 2  # the exit status of every lookup that finds nothing (sweep, job, board), like a bad argument
+MAX_BOARDS = 64  # board agents one command may start here: each is a process holding a TVM runtime
+
+DbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--db", envvar="TVMBENCH_DB", help="SQLAlchemy URL of the results database (default: SQLite in TVMBENCH_HOME)."
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+TrackerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tracker",
+        envvar="TVMBENCH_TRACKER",
+        help="HOST:PORT of a TVM RPC tracker (default: the farm from `farm up`/`farm connect`, else a local one).",
+    ),
+]
+
+
+def fail(message: str, code: int = 1) -> None:
+    """Print one error line and exit non-zero."""
+    err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def note(message: str) -> None:
+    """A progress note on stderr (dimmed), for long steps such as provisioning a board."""
+    err.print(message, style="dim", highlight=False)
+
+
+def home() -> Path:
+    """TVMBENCH_HOME, created if missing."""
+    path = default_home()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def open_store(db: str | None, read_only: bool = False) -> ResultStore:
+    """The results database, or one error line naming it; ``read_only`` for commands that only read
+    (they then work on a database they cannot write, such as one on a read-only mount)."""
+    try:
+        return ResultStore(db, read_only=read_only)
+    except StoreError as exc:
+        fail(f"cannot open results database: {exc}")
+        raise  # unreachable: fail exits
+    except Exception as exc:
+        fail(f"cannot open results database {db or '(default)'}: {one_line(exc)}")
+        raise  # unreachable: fail exits
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def load(path: Path, label: str | None = None) -> SweepSpec:
+    """The validated sweep file, or its one-line error (exit 2)."""
+    try:
+        return load_spec(path, label=label)
+    except SpecError as exc:
+        fail(str(exc), code=2)
+        raise  # unreachable: fail exits
+
+
+@contextmanager
+def failures_as_lines() -> Iterator[None]:
+    """The library's own errors (each one line saying what to do) end the command: exit 2 for bad input, else 1."""
+    try:
+        yield
+    except (QueryError, SpecError, NotFound, NoSuchJob) as exc:
+        fail(str(exc), code=2)
+    except (FarmError, SubmitError) as exc:
+        fail(str(exc))
+
+
+def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` with ``failures_as_lines``."""
+    with failures_as_lines():
+        return fn(*args, **kwargs)
+    raise AssertionError("unreachable")

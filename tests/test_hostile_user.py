@@ -1,0 +1,415 @@
+"""What a hostile new user tried (issue 11), each provoked for real: odd inputs, NaN verdicts, Rich markup in
+user text, misleading messages, read-only databases, lookups that find nothing. No Ray here; the real
+sweeps of the odd models are in tests/test_hostile_sweep.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from typer.testing import CliRunner
+
+from db.store import ResultStore
+from orchestrator.cli import app
+from orchestrator.spec import load_spec
+from tests import odd_models
+from tests.conftest import write_sweep
+from tests.test_store_backends import MODEL, begin, make_jobs, ok_run
+from workers import model_zoo
+from workers.onnx_model import seeded_inputs
+from workers.reference import compare, reference_outputs
+
+runner = CliRunner()
+TVMBENCH = str(Path(sys.executable).with_name("tvmbench"))
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def one_error_line(result) -> str:
+    lines = [ln for ln in result.output.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    return lines[0]
+
+
+# --- 2. NaN and inf verdicts -----------------------------------------------------------------------
+
+
+def test_nan_and_inf_at_the_same_positions_match() -> None:
+    ref = np.array([np.nan, 1.0, np.inf, -np.inf], np.float32)
+    assert compare([ref.copy()], [ref], 1e-4, 1e-3) == (0.0, 0.0, None)
+    near = ref.copy()
+    near[1] = 1.0000001
+    _, _, problem = compare([near], [ref], 1e-4, 1e-3)
+    assert problem is None
+
+
+@pytest.mark.parametrize(
+    ("out", "ours", "theirs"),
+    [
+        ([np.nan, 1.0, 2.0], "1 non-finite (1 NaN, 0 inf)", "0 non-finite"),  # NaN where ORT has a number
+        ([1.0, 1.0, 2.0], "0 non-finite", "1 non-finite (1 NaN, 0 inf)"),  # a number where ORT has NaN
+        ([np.inf, 1.0, 2.0], "1 non-finite (0 NaN, 1 inf)", "0 non-finite"),
+    ],
+)
+def test_non_finite_mismatch_counts_both_sides(out: list[float], ours: str, theirs: str) -> None:
+    ref = np.array([1.0, 1.0, 2.0], np.float32) if "NaN" not in theirs else np.array([np.nan, 1.0, 2.0], np.float32)
+    _, _, problem = compare([np.array(out, np.float32)], [ref], 1e-4, 1e-3)
+    assert problem is not None and f"this run has {ours}" in problem and f"ONNX Runtime {theirs}" in problem, problem
+
+
+def test_inf_of_the_other_sign_is_wrong() -> None:
+    _, _, problem = compare([np.array([np.inf])], [np.array([-np.inf])], 1e-4, 1e-3)
+    assert problem is not None and "non-finite values differ at 1 position" in problem, problem
+
+
+def test_log_model_nan_positions_agree_with_onnxruntime(tmp_path: Path) -> None:
+    """The issue's case: Log of random inputs gives NaN in the same places on both sides: no problem."""
+    data = odd_models.log_nan().SerializeToString()
+    inputs = seeded_inputs((("x", (4, 4), "float32"),), 0)
+    ref = reference_outputs(data, inputs)
+    assert np.isnan(ref[0]).sum() > 0  # the case really has NaN
+    with np.errstate(invalid="ignore"):
+        ours = [np.log(inputs["x"])]  # what a correct backend computes
+    assert compare(ours, ref, 1e-4, 1e-3)[2] is None
+
+
+def test_outputs_that_cannot_be_compared_are_a_problem_not_a_crash() -> None:
+    _, _, problem = compare([np.array(["a", "b"])], [np.array([1.0, 2.0])], 1e-4, 1e-3)
+    assert problem is not None and "cannot be compared" in problem
+
+
+# --- 1. inputs: Gather bounds, input_ranges, .npz ---------------------------------------------------
+
+
+def _models(tmp_path: Path) -> dict[str, Path]:
+    return odd_models.write_odd_models(tmp_path / "models")
+
+
+def test_gather_indices_are_drawn_inside_the_table(tmp_path: Path) -> None:
+    paths = _models(tmp_path)
+    onnx.save(odd_models.gather_table(rows=50), tmp_path / "models" / "big.onnx")
+    spec = load_spec(
+        write_sweep(tmp_path, '[[models]]\npath = "models/gather_table.onnx"\n[[models]]\npath = "models/big.onnx"\n')
+    )
+    small, big = spec.models
+    assert small.value_ranges == (("ids", 0, 3),)
+    assert big.value_ranges == ()  # a table larger than the default draw changes nothing (same job keys)
+    inputs = seeded_inputs(small.inputs, 0, {"ids": (0, 3)})
+    assert inputs["ids"].min() >= 0 and inputs["ids"].max() <= 3
+    reference_outputs(paths["gather_table"].read_bytes(), inputs)  # ONNX Runtime accepts them
+
+
+def test_input_ranges_in_the_sweep_file_are_used_and_change_the_job(tmp_path: Path) -> None:
+    _models(tmp_path)
+    plain = load_spec(write_sweep(tmp_path, '[[models]]\npath = "models/gather_shifted.onnx"\n', "a.toml"))
+    ranged = load_spec(
+        write_sweep(tmp_path, '[[models]]\npath = "models/gather_shifted.onnx"\ninput_ranges = { ids = [0, 1] }\n')
+    )
+    assert ranged.models[0].value_ranges == (("ids", 0, 1),)
+    assert ranged.sweep_id != plain.sweep_id
+    data = (tmp_path / "models" / "gather_shifted.onnx").read_bytes()
+    reference_outputs(data, seeded_inputs(ranged.models[0].inputs, 0, {"ids": (0, 1)}))
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ("input_ranges = { nope = [0, 1] }", "input_ranges: model gather_shifted.onnx has no input 'nope'"),
+        ("input_ranges = { ids = [3, 1] }", "input_ranges.ids = [3, 1]: expected [low, high], two integers"),
+        ("input_ranges = { ids = [0.5, 1] }", "two integers"),
+        ("input_ranges = { ids = 3 }", "input_ranges.ids = 3"),
+        ('inputs_file = "nothere.npz"', "inputs file"),
+        ('inputs_file = "inputs.npz"\ninput_ranges = { ids = [0, 1] }', "not both"),
+    ],
+)
+def test_bad_input_ranges_name_the_key(tmp_path: Path, home: Path, entry: str, expected: str) -> None:
+    _models(tmp_path)
+    np.savez(tmp_path / "inputs.npz", ids=np.zeros(3, np.int64))
+    sweep = write_sweep(tmp_path, f'[[models]]\npath = "models/gather_shifted.onnx"\n{entry}\n')
+    result = invoke("sweep", "plan", str(sweep))
+    assert result.exit_code == 2 and expected in one_error_line(result), result.output
+
+
+@pytest.mark.parametrize(
+    ("arrays", "expected"),
+    [
+        ({"ids": np.zeros(3, np.int32)}, "key 'ids' is int32, the model's input is int64"),
+        ({"ids": np.zeros((1, 3), np.int64)}, "key 'ids' has shape [1, 3], the model's input is [3]"),
+        ({"ids": np.zeros(3, np.int64), "extra": np.zeros(1)}, "key 'extra' is not an input of the model"),
+        ({"other": np.zeros(3, np.int64)}, "key 'other' is not an input"),
+    ],
+)
+def test_inputs_file_is_validated(tmp_path: Path, home: Path, arrays: dict, expected: str) -> None:
+    _models(tmp_path)
+    np.savez(tmp_path / "inputs.npz", **arrays)
+    sweep = write_sweep(tmp_path, '[[models]]\npath = "models/gather_shifted.onnx"\ninputs_file = "inputs.npz"\n')
+    result = invoke("sweep", "plan", str(sweep))
+    assert result.exit_code == 2 and expected in one_error_line(result), result.output
+
+
+def test_inputs_file_missing_key_and_not_npz(tmp_path: Path, home: Path) -> None:
+    _models(tmp_path)
+    np.savez(tmp_path / "inputs.npz", x=np.zeros(6, np.float32))  # bool_input also needs "keep"
+    sweep = write_sweep(tmp_path, '[[models]]\npath = "models/bool_input.onnx"\ninputs_file = "inputs.npz"\n')
+    assert "no array for input 'keep'" in one_error_line(invoke("sweep", "plan", str(sweep)))
+    (tmp_path / "inputs.npz").write_bytes(b"not a zip")
+    assert "is not an .npz of arrays" in one_error_line(invoke("sweep", "plan", str(sweep)))
+
+
+def test_a_valid_inputs_file_sets_the_job(tmp_path: Path, home: Path) -> None:
+    _models(tmp_path)
+    np.savez(tmp_path / "inputs.npz", ids=np.array([0, 1, 0], np.int64))
+    spec = load_spec(
+        write_sweep(tmp_path, '[[models]]\npath = "models/gather_shifted.onnx"\ninputs_file = "inputs.npz"\n')
+    )
+    assert spec.models[0].inputs_file_sha256 and spec.input_files[spec.models[0].inputs_file_sha256].is_file()
+
+
+# --- 3. user text is never Rich markup ----------------------------------------------------------------
+
+
+def test_section_names_survive_in_messages(tmp_path: Path, home: Path) -> None:
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    axes = invoke("sweep", "plan", str(write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n[axes]\nfrobnicate = 1\n')))
+    assert "error: [axes]: unknown key 'frobnicate'" in one_error_line(axes)
+    empty = invoke("sweep", "plan", str(write_sweep(tmp_path, 'name = "x"\n')))
+    assert "add at least one [[models]] table" in one_error_line(empty)
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ('[[models]]\npath = "we[/x]ird.onnx"\n', "we[/x]ird.onnx does not exist"),
+        ('[[models]]\npath = "m.onnx"\n[[targets]]\npreset = "[/x]"\n', "preset = '[/x]' is unknown"),
+        ('[[models]]\npath = "m.onnx"\n[axes]\nexecutor = ["[/x]"]\n', "'[/x]' is not valid"),
+        ('[[models]]\npath = "m.onnx"\ninputs = { "[/x]" = [1] }\n', "has no input '[/x]'"),
+        ('[[models]]\npath = "m.onnx"\n[axes]\n"[/x]" = 1\n', "unknown key '[/x]'"),
+    ],
+)
+def test_markup_in_sweep_files_prints_literally(tmp_path: Path, home: Path, entry: str, expected: str) -> None:
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    result = invoke("sweep", "plan", str(write_sweep(tmp_path, entry)))
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 2 and expected in one_error_line(result), result.output
+
+
+def test_markup_in_names_and_ids_prints_literally(tmp_path: Path, home: Path) -> None:
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    plan = invoke("sweep", "plan", str(write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\nname = "[/x][red]m"\n')))
+    assert plan.exit_code == 0 and "[/x][red]m" in plan.output, plan.output
+    assert "[/x].toml: no such sweep file" in one_error_line(invoke("sweep", "plan", str(tmp_path / "[/x].toml")))
+    for args in (
+        ("results", "show", "[/x]"),
+        ("sweep", "resume", "[/x]"),
+        ("sweep", "cancel", "[/x]"),
+        ("farm", "reset", "[/x]"),
+        ("results", "best", "--sweep", "[/x]"),
+    ):
+        result = invoke(*args)
+        assert result.exit_code == 2 and "'[/x]'" in one_error_line(result), (args, result.output)
+
+
+def test_markup_in_stored_results_prints_literally(tmp_path: Path) -> None:
+    """Errors and names that come back from the database (a model called "[bold]...", an error with "[/]")."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    store = ResultStore(url)
+    jobs = make_jobs(replace(MODEL, name="[/x]tiny"))
+    begin(store, "markupsweep1", jobs)
+    store.finish_job("markupsweep1", jobs[0].key, "build", "LLVM said [/x] and [bold]no[/bold]")
+    store.record_run("markupsweep1", ok_run(jobs[1], board="[/x]@127.0.0.1:1"), final=True)
+    store.close()
+    listed = invoke("results", "list", "--db", url)
+    assert listed.exit_code == 0 and "LLVM said [/x] and [bold]no[/bold]" in listed.output, listed.output
+    shown = invoke("results", "show", jobs[0].key[:12], "--db", url)
+    assert shown.exit_code == 0 and "[bold]no[/bold]" in shown.output, shown.output
+    best = invoke("results", "best", "--db", url)
+    assert best.exit_code == 0 and "[/x]tiny on host" in best.output, best.output
+
+
+# --- 6. messages that mislead ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda p: p.mkdir(), "is a directory, not a file"),
+        (lambda p: os.mkfifo(p), "is a FIFO (named pipe), not a file"),
+        (lambda p: p.symlink_to(p.parent / "gone.onnx"), "is a symlink to nothing"),
+        (lambda p: None, "does not exist"),
+    ],
+)
+def test_model_path_says_what_it_is(tmp_path: Path, home: Path, make, expected: str) -> None:
+    make(tmp_path / "m.onnx")
+    result = invoke("sweep", "plan", str(write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n')))
+    assert result.exit_code == 2 and expected in one_error_line(result), result.output
+
+
+def test_dev_zero_as_model_is_a_character_device(tmp_path: Path, home: Path) -> None:
+    result = invoke("sweep", "plan", str(write_sweep(tmp_path, '[[models]]\npath = "/dev/zero"\n')))
+    assert result.exit_code == 2 and "/dev/zero is a character device, not a file" in one_error_line(result)
+
+
+def test_symlinked_external_data_inside_the_folder_says_symlink(tmp_path: Path, home: Path) -> None:
+    from tests.test_hostile_input import _external
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "real.bin").write_bytes(b"\0" * 64)
+    (folder / "weights.bin").symlink_to(folder / "real.bin")
+    onnx.save(_external("weights.bin"), folder / "m.onnx")
+    result = invoke("sweep", "plan", str(write_sweep(tmp_path, '[[models]]\npath = "models/m.onnx"\n')))
+    assert result.exit_code == 2 and "which is a symlink; refused, unread" in one_error_line(result), result.output
+
+
+def test_db_that_is_a_directory_fails_at_once(tmp_path: Path, home: Path) -> None:
+    start = time.monotonic()
+    result = invoke("results", "sweeps", "--db", f"sqlite:///{tmp_path}")
+    took = time.monotonic() - start
+    line = one_error_line(result)
+    assert result.exit_code == 1 and f"{tmp_path} is a directory" in line and "results.db" in line, line
+    assert took < 3, f"took {took:.1f}s: the open was retried"
+    missing = invoke("results", "sweeps", "--db", f"sqlite:///{tmp_path}/no/such/r.db")
+    assert "folder" in one_error_line(missing) and "does not exist" in missing.output
+
+
+def _read_only_mount_works() -> bool:
+    if not shutil.which("unshare") or not sys.platform.startswith("linux"):
+        return False
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _read_only_mount_works(), reason="needs `unshare -m` (a private mount namespace)")
+def test_a_database_on_a_read_only_mount_can_be_queried(tmp_path: Path) -> None:
+    """Read-only commands open SQLite read-only; writes still fail with a clear error, not silently."""
+    src, mnt = tmp_path / "src", tmp_path / "ro"
+    src.mkdir()
+    mnt.mkdir()
+    url = f"sqlite:///{src / 'r.db'}"
+    store = ResultStore(url)
+    jobs = make_jobs()
+    begin(store, "rosweep00001", jobs)
+    store.record_run("rosweep00001", ok_run(jobs[0]), final=True)
+    store.close()
+    # A clean copy, as a database shipped to a read-only share looks (no -wal / -shm beside it).
+    ro_url = f"sqlite:///{mnt / 'r.db'}"
+    script = (
+        f"mount --bind {src} {mnt} && mount -o remount,bind,ro {mnt} && "
+        f"{TVMBENCH} results sweeps --db {ro_url} && {TVMBENCH} results list --db {ro_url} && "
+        f"{TVMBENCH} results best --db {ro_url} && {TVMBENCH} results show {jobs[0].key[:12]} --db {ro_url} && "
+        f"(touch {mnt}/probe 2>/dev/null && echo WRITABLE || echo READONLY)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "READONLY" in done.stdout and "rosweep00001" in done.stdout and "tiny" in done.stdout, done.stdout
+
+
+def test_a_read_only_database_refuses_writes_clearly(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    ResultStore(url).close()
+    store = ResultStore(url, read_only=True)
+    assert store.read_only
+    with pytest.raises(Exception, match=r"readonly|read-only|attempt to write"):
+        begin(store, "x" * 12, make_jobs())
+    store.close()
+
+
+# --- 8. small ones ----------------------------------------------------------------------------------
+
+
+def test_not_found_is_exit_2_for_every_lookup(home: Path) -> None:
+    for args in (
+        ("results", "show", "nosuchjob"),
+        ("sweep", "resume", "nosuchsweep"),
+        ("sweep", "cancel", "nosuchsweep"),
+        ("sweep", "status", "nosuchsweep"),
+        ("farm", "reset", "nosuchboard"),
+        ("results", "best", "--sweep", "nosuchsweep"),
+        ("results", "compare", "nosuch1", "nosuch2"),
+    ):
+        result = invoke(*args)
+        assert result.exit_code == 2, (args, result.output)
+
+
+def test_plan_says_a_sweep_without_targets_uses_host(tmp_path: Path, home: Path) -> None:
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    result = invoke("sweep", "plan", str(write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n')))
+    assert result.exit_code == 0 and "no [[targets]] in the sweep file: using the preset `host`" in result.output
+    with_target = write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n[[targets]]\npreset = "host"\n', "t.toml")
+    assert "no [[targets]]" not in invoke("sweep", "plan", str(with_target)).output
+
+
+def test_zero_sized_input_is_named_as_such(tmp_path: Path, home: Path) -> None:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [0, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [0, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    result = invoke("sweep", "plan", str(write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n')))
+    assert result.exit_code == 2 and "zero-size dimension" in one_error_line(result), result.output
+
+
+# --- more of the same kind ------------------------------------------------------------------------------
+
+
+def test_terminal_escapes_in_names_are_refused(tmp_path: Path, home: Path) -> None:
+    """A name with ESC [ ... would recolour or retitle the terminal of whoever lists the results."""
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    sweep = write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\nname = "\\u001b[31mred"\n')
+    line = one_error_line(invoke("sweep", "plan", str(sweep)))
+    assert "models[0].name" in line and "control character U+001B" in line and "\x1b" not in line, line
+    good = write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n', "good.toml")
+    labelled = invoke("sweep", "plan", str(good), "--label", "\x1b]0;owned\x07")
+    assert labelled.exit_code == 2 and "--label" in one_error_line(labelled)
+
+
+def test_a_huge_sparse_model_file_is_refused_unread(tmp_path: Path, home: Path) -> None:
+    with open(tmp_path / "m.onnx", "wb") as f:
+        f.truncate(3 << 30)  # sparse: no disk used, but 3 GiB to read
+    start = time.monotonic()
+    result = invoke("sweep", "plan", str(write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n')))
+    assert "is 3.0 GiB, over the 2 GiB a protobuf ONNX file can hold" in one_error_line(result)
+    assert time.monotonic() - start < 10
+
+
+def test_the_same_model_twice_under_two_names_is_refused(tmp_path: Path, home: Path) -> None:
+    """Two entries, one file: their jobs would share one key (one row for two planned jobs)."""
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    (tmp_path / "copy.onnx").write_bytes((tmp_path / "m.onnx").read_bytes())
+    twice = '[[models]]\npath = "m.onnx"\nname = "a"\n[[models]]\npath = "copy.onnx"\nname = "b"\n'
+    line = one_error_line(invoke("sweep", "plan", str(write_sweep(tmp_path, twice))))
+    assert "models[1] (b) is the same model as models[0] (a)" in line, line
+    odd_models.write_odd_models(tmp_path / "models")
+    ranged = (
+        '[[models]]\npath = "models/gather_table.onnx"\nname = "a"\n'
+        '[[models]]\npath = "models/gather_table.onnx"\nname = "b"\ninput_ranges = { ids = [0, 1] }\n'
+    )
+    assert invoke("sweep", "plan", str(write_sweep(tmp_path, ranged, "r.toml"))).exit_code == 0
+
+
+def test_board_counts_are_bounded(tmp_path: Path, home: Path) -> None:
+    """`--boards 100000` would start that many agent processes on this machine."""
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    sweep = str(write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n'))
+    for args in (("sweep", "run", sweep, "--boards", "100000"), ("farm", "up", "--boards", "-1")):
+        result = invoke(*args)
+        assert result.exit_code == 2 and "--boards" in result.output, (args, result.output)
+    assert not (home / "farm.json").exists()

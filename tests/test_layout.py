@@ -1,0 +1,135 @@
+"""The import graph of the packages: no circle, no upward arrow (DESIGN.md, "Layout").
+
+Every import counts, at module top or inside a function: a function-local import that hides a circle
+is still a circle. The layers, bottom up: core <- db <- workers <- orchestrator / answers <- dashboard
+(the web pages read answers/ and the farm's tracker view; only the `serve` command imports them).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("core", "db", "workers", "orchestrator", "answers", "dashboard")
+# package -> packages it must never import
+FORBIDDEN = {
+    "core": {"db", "workers", "orchestrator", "answers", "dashboard"},
+    "db": {"workers", "orchestrator", "answers", "dashboard"},
+    "workers": {"orchestrator", "answers", "dashboard"},
+    "answers": {"orchestrator", "workers", "dashboard"},
+    "dashboard": {"workers"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            if "migrations" not in path.parts:
+                found[module_name(path)] = path
+    return found
+
+
+def imports(path: Path, known: set[str]) -> set[str]:
+    """Project modules ``path`` imports, anywhere in the file (``from a import b`` counts a.b if b is a module)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package, one level up per extra dot
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            names = [f"{base}.{a.name}" for a in node.names] + [base]
+        else:
+            continue
+        for name in names:
+            # the longest known module the name falls in
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name:
+                out.add(name)
+    out.discard(module_name(path))
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    edges = {name: imports(path, known) for name, path in mods.items()}
+    # Importing a.b.c runs a/__init__ and a/b/__init__ too: a parent package importing its own
+    # children is not a circle with them, so those implicit edges are left out.
+    return edges
+
+
+def test_the_graph_was_read() -> None:
+    edges = graph()
+    assert "workers.executors.registry" in edges and "core.records" in edges
+    assert "core.records" in edges["db.store"], "the parser misses plain `from X import Y` imports"
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_no_upward_arrow(package: str) -> None:
+    bad = [
+        f"{mod} imports {dep}"
+        for mod, deps in graph().items()
+        if mod.split(".")[0] == package
+        for dep in deps
+        if dep.split(".")[0] in FORBIDDEN[package]
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_circle() -> None:
+    edges = graph()
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    stack: list[str] = []
+    circles: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(edges.get(node, ())):
+            if state.get(dep) == 1:
+                circles.append(" -> ".join([*stack[stack.index(dep) :], dep]))
+            elif dep not in state:
+                visit(dep)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+    assert not circles, "\n".join(circles)
+
+
+def test_only_the_registry_asks_which_executor() -> None:
+    """No `if executor ==` (or `job.executor in (...)`) in the pipeline outside workers/executors/registry.py.
+
+    answers/ is left out: filtering stored rows by their executor column is data, not behaviour.
+    """
+    offenders = []
+    for name, path in modules().items():
+        if name == "workers.executors.registry" or name.split(".")[0] == "answers":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                text = ast.unparse(node)
+                if "executor" in ast.unparse(node.left) and any(
+                    isinstance(op, ast.Eq | ast.NotEq | ast.In | ast.NotIn) for op in node.ops
+                ):
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {text}")
+    assert not offenders, "\n".join(offenders)

@@ -1,0 +1,257 @@
+"""A board session for one attempt: acquire a board, check it, hand it to a runner, close it.
+
+What every Runner shares (workers/executors/): the fields each Run of an attempt carries, the artifact's
+integrity check, the wait for a board with one deadline, the golden-model health check of a board not
+yet checked, output checks against the reference and the successful Run with its statistics. Remote
+steps are plain functions with cleanup in ``finally``; every failure comes back as a ``Run`` with an
+error kind (MetaSchedule's RPCRunner does the same), never as an exception.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from core.errors import one_line
+from core.health import GoldenModel
+from core.records import Build, Job, Run
+from workers.artifacts import arch_compatible
+from workers.reference import compare
+from workers.targets import presets_for
+from workers.tracker_client import (
+    DeviceUnavailable,
+    NoBoardRegistered,
+    Session,
+    registered_keys,
+    request_session,
+    tracker_summary,
+)
+
+# A runner's step on the board: (session, base fields of every Run of the attempt) -> the Run.
+OnBoard = Callable[[Session, dict[str, Any]], Run]
+# A runner's golden-model check: (remote, golden, job) -> None when the outputs match, else the problem.
+GoldenCheck = Callable[[Any, GoldenModel, Job], str | None]
+
+
+def run_base(job: Job, attempt: int, **extra: Any) -> dict[str, Any]:
+    """The fields every Run of this attempt carries (the runner may add some: unit, emulated)."""
+    return {"job_key": job.key, "attempt": attempt, "emulated": job.target.emulated, "started_at": time.time(), **extra}
+
+
+def board_facts(remote: Any) -> dict[str, Any] | None:
+    """Facts reported by the board agent, or None for a stock TVM rpc_server."""
+    try:
+        return json.loads(remote.get_function("tvmbench.board_facts")())
+    except Exception:
+        return None
+
+
+def check_outputs(
+    outputs: list[np.ndarray], reference: list[np.ndarray], settings: Any, base: dict[str, Any]
+) -> tuple[float, float, Run | None]:
+    """(max abs error, max relative error, the ``wrong-result`` Run when outside tolerance, else None)."""
+    max_abs, max_rel, problem = compare(outputs, reference, settings.atol, settings.rtol)
+    if problem is None:
+        return max_abs, max_rel, None
+    wrong = Run(
+        status="wrong-result", error=problem, max_abs_err=max_abs, max_rel_err=max_rel, finished_at=time.time(), **base
+    )
+    return max_abs, max_rel, wrong
+
+
+def ok_run(samples: Any, **fields: Any) -> Run:
+    """A successful Run with every sample kept and its statistics derived from them."""
+    arr = np.asarray(samples, dtype=np.float64)
+    return Run(
+        status="ok",
+        samples_ms=tuple(float(x) for x in arr),
+        median_ms=float(np.median(arr)),
+        mean_ms=float(arr.mean()),
+        std_ms=float(arr.std()),
+        min_ms=float(arr.min()),
+        max_ms=float(arr.max()),
+        finished_at=time.time(),
+        **fields,
+    )
+
+
+def classify(exc: BaseException) -> str:
+    """The error kind of an exception raised during a session: the session's deadline, a bad artifact, else infra."""
+    text = str(exc)
+    if "RPCSessionTimeoutError" in text or "session has expired" in text:
+        return "timeout"
+    if "cannot open shared object" in text or "wrong ELF class" in text:
+        return "build"
+    return "infra"
+
+
+def verify_artifact(build: Build, artifact: bytes, base: dict[str, Any]) -> Run | None:
+    """The ``infra`` Run when the bytes about to run are not the bytes the build recorded, else None.
+
+    The artifact crossed Ray's object store (and maybe the disk cache) since it was built.
+    """
+    actual = hashlib.sha256(artifact).hexdigest()
+    if actual == build.artifact_sha256:
+        return None
+    return Run(
+        status="infra",
+        finished_at=time.time(),
+        error=f"artifact sha256 {actual[:16]} does not match the build's {str(build.artifact_sha256)[:16]}: "
+        "corrupted between build and upload; not uploaded (resume rebuilds it)",
+        **base,
+    )
+
+
+def arch_mismatch(session: Session, job: Job, build: Build, base: dict[str, Any]) -> Run | None:
+    """Read the board's facts into ``base``; the ``build`` Run when the artifact cannot run on it, else None."""
+    facts = board_facts(session.remote)
+    base["board_facts"] = facts
+    if facts and facts.get("emulated"):
+        base["emulated"] = True
+    board_arch = facts.get("arch") if facts else None
+    if arch_compatible(build.artifact_arch, board_arch):
+        return None
+    presets = presets_for(board_arch, job.target.board_key)
+    advice = f"preset = {presets[0]!r}" if presets else f"a target with mtriple for {board_arch}"
+    return Run(
+        status="build",
+        finished_at=time.time(),
+        error=f"target {job.target.name!r} built a {build.artifact_arch} artifact but board "
+        f"{session.board_id} is {board_arch}: use {advice} for it (tvmbench targets list)",
+        **base,
+    )
+
+
+def acquire_board(job: Job, tracker: str, base: dict[str, Any], deadline_s: float, **request: Any) -> Session | Run:
+    """A session on a board of the job's key, or the Run that says why there is none.
+
+    ``request`` goes to ``request_session`` (avoid, prefer_not, registration_wait_s); ``base`` holds the
+    fields every Run of this attempt carries.
+    """
+    key, settings = job.target.board_key, job.measure
+    try:
+        return request_session(tracker, key, deadline_s, settings.session_timeout_s, **request)
+    except NoBoardRegistered:
+        try:
+            keys: Any = registered_keys(tracker_summary(tracker))
+        except OSError:
+            keys = {}
+        return Run(
+            status="pending-device",
+            finished_at=time.time(),
+            error=f"no board with key {key!r} is registered with tracker {tracker} "
+            f"(farm list shows {keys or 'no boards'}); the build is kept: connect one "
+            f"(`tvmbench farm add --key {key}` for a local one) and run `tvmbench sweep resume`",
+            **base,
+        )
+    except DeviceUnavailable as exc:
+        try:
+            keys = registered_keys(tracker_summary(tracker))
+        except OSError:
+            keys = "no answer from the tracker"
+        why = f" ({exc})" if str(exc) != key else ""
+        return Run(
+            status="device-unavailable",
+            finished_at=time.time(),
+            error=f"no board with key {key!r} became free within "
+            f"{settings.device_wait_s:g}s at tracker {tracker}{why} (farm list shows {keys})",
+            **base,
+        )
+    except Exception as exc:
+        return Run(status="infra", error=f"tracker {tracker}: {one_line(exc)}", finished_at=time.time(), **base)
+
+
+def checked_session(
+    job: Job,
+    tracker: str,
+    base: dict[str, Any],
+    *,
+    golden: GoldenModel | None,
+    golden_check: GoldenCheck | None,
+    checked_boards: frozenset[str],
+    artifact_arch: str | None = None,
+    **request: Any,
+) -> Session | Run:
+    """A session on a board that passed its health check, or the Run that says why there is none.
+
+    A board not in ``checked_boards`` first runs the golden model, in a session of its own (a session
+    that loaded one program failed loading a second here: kShutdown), then the job asks again. A failed
+    check ends the attempt as ``infra`` with ``health="failed"`` on that board. A board the job's own
+    artifact (``artifact_arch``) cannot run on is not checked: the golden model was built for the same
+    target and would fail there too, blaming the board for the job's ``build`` error. All waits share
+    one deadline, ``device_wait_s``.
+    """
+    checked = set(checked_boards)
+    wait_until = time.monotonic() + job.measure.device_wait_s
+    while True:
+        session = acquire_board(job, tracker, base, max(0.1, wait_until - time.monotonic()), **request)
+        if isinstance(session, Run) or golden is None or golden_check is None or session.board_id in checked:
+            return session
+        board_id, facts = session.board_id, board_facts(session.remote)
+        if not arch_compatible(artifact_arch, (facts or {}).get("arch")):
+            return session  # the job ends as a `build` error on it, which is not the board's fault
+        problem = golden_check(session.remote, golden, job)
+        del session  # closes the golden model's session
+        gc.collect()
+        base["health"] = "failed" if problem else "ok"
+        if problem:
+            return Run(
+                status="infra",
+                board_id=board_id,
+                board_facts=facts,
+                finished_at=time.time(),
+                error=f"{board_id} failed its health check (golden model {golden.name}): {problem}",
+                **base,
+            )
+        checked.add(board_id)
+
+
+def run_attempt(
+    job: Job,
+    build: Build,
+    artifact: bytes,
+    tracker: str,
+    base: dict[str, Any],
+    on_board: OnBoard,
+    *,
+    golden: GoldenModel | None = None,
+    golden_check: GoldenCheck | None = None,
+    checked_boards: frozenset[str] = frozenset(),
+    **request: Any,
+) -> Run:
+    """One attempt: check the artifact, get a checked board, run ``on_board`` on it, close the session.
+
+    ``request`` goes to ``request_session`` (avoid, prefer_not, registration_wait_s). An exception in
+    ``on_board`` becomes a Run of the kind ``classify`` says.
+    """
+    corrupted = verify_artifact(build, artifact, base)
+    if corrupted is not None:
+        return corrupted
+    session = checked_session(
+        job,
+        tracker,
+        base,
+        golden=golden,
+        golden_check=golden_check,
+        checked_boards=checked_boards,
+        artifact_arch=build.artifact_arch,
+        **request,
+    )
+    if isinstance(session, Run):
+        return session
+    base["board_id"] = session.board_id
+    try:
+        return on_board(session, base)
+    except Exception as exc:
+        return Run(status=classify(exc), error=f"{session.board_id}: {one_line(exc)}", finished_at=time.time(), **base)
+    finally:
+        # The RPC session closes when its last remote handle is freed; handles can sit in reference cycles,
+        # and a board stays busy until its session closes, so collect now rather than whenever.
+        del session
+        gc.collect()

@@ -1,0 +1,51 @@
+"""What every Builder shares: the TVM versions, the target, the pass-trace instrument, the build's identity."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from core.records import Job
+
+
+def tvm_versions() -> tuple[str, str]:
+    """(apache-tvm, apache-tvm-ffi) versions of this process."""
+    import tvm
+    import tvm_ffi
+
+    return tvm.__version__, tvm_ffi.__version__
+
+
+def make_target(tvm_target: dict[str, Any]):
+    """A tvm.target.Target from the dict form or {"tag": name}."""
+    from tvm.target import Target
+
+    if set(tvm_target) == {"tag"}:
+        return Target(tvm_target["tag"])
+    return Target(dict(tvm_target))
+
+
+def pass_trace_instrument() -> Any:
+    """A PassContext instrument whose ``names`` lists every pass that actually ran, in order."""
+    import tvm
+
+    @tvm.instrument.pass_instrument
+    class PassTrace:
+        def __init__(self) -> None:
+            self.names: list[str] = []
+
+        def run_before_pass(self, _mod: Any, info: Any) -> None:
+            self.names.append(info.name)
+
+    return PassTrace()
+
+
+def build_identity(job: Job) -> dict[str, Any]:
+    """The fields every Build of ``job`` carries, whatever its outcome: key, versions, host."""
+    tvm_version, ffi_version = tvm_versions()
+    return {
+        "build_key": job.build_key(tvm_version),
+        "tvm_version": tvm_version,
+        "ffi_version": ffi_version,
+        "host": socket.gethostname(),
+    }

@@ -1,0 +1,396 @@
+"""The Relax VM executors (``vm-bytecode``, ``vm-compiled``): ONNX -> Relax -> VM executable, run over RPC.
+
+Builder: every pass that runs is recorded by an instrument on the same PassContext that carries the
+opt_level (the seed question of this field was "did my opt_level apply?"), and the lowered IR is
+fingerprinted, so the database can say whether two configurations built the same program. The steps
+are separate functions (import -> pipeline -> fingerprint -> codegen/export) so that a stage such as
+tuning slots in between the pipeline and codegen.
+
+Runner: upload the library, open a VM on the board, check the outputs of its first inference against
+ONNX Runtime, time "main" with TVM's time_evaluator in batches until the stop rule fires
+(workers/sampling.py), optionally profile every kernel call on the board. Upload, load, first inference,
+the session's memory and the board's state are measured apart (workers/phases.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.errors import one_line
+from core.health import GoldenModel
+from core.records import Build, Job, Run, canonical_hash
+from workers.artifacts import elf_arch
+from workers.board_session import arch_mismatch, check_outputs, ok_run, run_attempt, run_base
+from workers.build_common import build_identity, make_target, pass_trace_instrument
+from workers.executors.base import Executor, not_mcu
+from workers.memory_plan import memory_plan_probe
+from workers.phases import PhaseLog
+from workers.reference import compare
+from workers.sampling import SamplingPlan, sample, time_evaluator_timer
+from workers.targets import target_kind
+from workers.tracker_client import Session
+
+# --- build ------------------------------------------------------------------------------------------
+
+
+class BuildFailed(Exception):
+    """A step of the build failed; ``build`` is the failed Build to return."""
+
+    def __init__(self, build: Build) -> None:
+        super().__init__(build.error)
+        self.build = build
+
+
+def import_model(job: Job, model_data: bytes, common: dict[str, Any]) -> Any:
+    """The Relax module of the job's ONNX model (BuildFailed with status "model" when it cannot be imported)."""
+    import onnx
+    from tvm.relax.frontend.onnx import from_onnx
+
+    try:
+        model = onnx.load_from_string(model_data)
+        # Defence in depth (intake refuses these): from_onnx would read external data relative to the
+        # worker's working directory, i.e. any file the location names.
+        if any(t.external_data or t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+            raise BuildFailed(Build(status="model", error="model keeps weights in external data (not read)", **common))
+        return from_onnx(model, shape_dict=job.model.shape_dict, keep_params_in_input=False)
+    except BuildFailed:
+        raise
+    except Exception as exc:
+        raise BuildFailed(Build(status="model", error=f"ONNX import failed: {one_line(exc)}", **common)) from None
+
+
+def _pipeline(name: str, target: Any) -> Any:
+    from tvm import relax
+
+    if name == "per-target":
+        return relax.get_default_pipeline(target)
+    return relax.get_pipeline("default")
+
+
+def run_pipeline(job: Job, mod: Any, target: Any) -> Any:
+    """The job's Relax pipeline on ``mod`` (call inside the job's PassContext)."""
+    with target:
+        return _pipeline(job.pipeline, target)(mod)
+
+
+def fingerprint(job: Job, lowered: Any, tvm_version: str) -> str:
+    """The program's identity: the structure of the lowered IR plus what turns it into machine code.
+
+    The .so bytes differ between identical builds (pointer strings in LLVM metadata), so the bytes
+    cannot say that two configurations built the same program; the lowered IR can.
+    """
+    import tvm_ffi
+
+    return canonical_hash(
+        {
+            "ir": str(tvm_ffi.structural_hash(lowered)),
+            "executor": job.executor,
+            "target": job.target.tvm_target,
+            "tvm": tvm_version,
+        }
+    )[:16]
+
+
+def kernel_count(lowered: Any) -> int:
+    """TIR functions (kernels) in the lowered module."""
+    import tvm
+
+    return sum(1 for f in lowered.functions.values() if isinstance(f, tvm.tirx.PrimFunc))
+
+
+def codegen_export(job: Job, lowered: Any, target: Any) -> bytes:
+    """Relax VM codegen of the lowered module and the exported library's bytes (cross-compiled if asked)."""
+    from tvm import relax
+
+    executable = relax.build(lowered, target, relax_pipeline=None, exec_mode=job.executor.removeprefix("vm-"))
+    with tempfile.TemporaryDirectory(prefix="tvmbench-build-") as tmp:
+        lib_path = Path(tmp) / "program.so"
+        if job.target.cross_compiler:
+            from tvm.support import cc
+
+            executable.export_library(str(lib_path), fcompile=cc.cross_compiler(job.target.cross_compiler))
+        else:
+            executable.export_library(str(lib_path))
+        return lib_path.read_bytes()
+
+
+def _missing_cross_compiler(job: Job, common: dict[str, Any]) -> Build | None:
+    if job.target.cross_compiler and shutil.which(job.target.cross_compiler) is None:
+        package = job.target.cross_compiler_package or "the cross compiler's package"
+        return Build(
+            status="build",
+            error=f"cross compiler {job.target.cross_compiler} not found on "
+            f"{socket.gethostname()}: apt-get install {package}",
+            **common,
+        )
+    return None
+
+
+def _build_error(job: Job, exc: Exception) -> str:
+    if job.target.cross_compiler and "cannot find crt" in str(exc):
+        # The compiler is there but not the target's C library (installed without recommends).
+        return (
+            f"{job.target.cross_compiler} cannot link: the target's C runtime is missing "
+            f"on {socket.gethostname()}: apt-get install {job.target.cross_compiler_package}"
+        )
+    return one_line(exc)
+
+
+class RelaxVmBuilder:
+    """Builder of the Relax VM executors: import, pipeline, fingerprint, codegen and export."""
+
+    def build(self, job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
+        """Compile one job; returns the build record and the exported library's bytes (None on failure)."""
+        return self._build(job, model_data, None, None)
+
+    def build_tuned(
+        self, job: Job, model_data: bytes, *, hold: Any = None, tuning_env: Any = None
+    ) -> tuple[Build, bytes | None]:
+        """Compile a tuned job (``job.tuning`` > 0): the tuning stage (workers/tuning/stage.py) replaces
+        the pipeline inside the same traced PassContext, tuning on the farm ``tuning_env`` describes;
+        ``hold`` (the build's host-fence hold) is let go while its candidates are timed."""
+        return self._build(job, model_data, hold, tuning_env)
+
+    def _build(self, job: Job, model_data: bytes, hold: Any, tuning_env: Any) -> tuple[Build, bytes | None]:
+        import tvm
+
+        common = build_identity(job)
+        missing = _missing_cross_compiler(job, common)
+        if missing is not None:
+            return missing, None
+        try:
+            mod = import_model(job, model_data, common)
+        except BuildFailed as failed:
+            return failed.build, None
+        trace = pass_trace_instrument()
+        memory = memory_plan_probe()  # the static memory plan, taken after StaticPlanBlockMemory
+        started = time.perf_counter()
+        tuning: dict[str, Any] | None = None
+        try:
+            target = make_target(job.target.tvm_target)
+            with tvm.transform.PassContext(opt_level=job.opt_level, instruments=[trace, memory]):
+                if job.tuning:
+                    from workers.tuning.stage import TuningEnv, tuned_lowering
+
+                    lowered, target, tuning = tuned_lowering(job, mod, tuning_env or TuningEnv(tracker=""), hold)
+                else:
+                    lowered = run_pipeline(job, mod, target)
+                # After tuning: the fingerprint says whether the tuned program differs from the untuned one.
+                program = fingerprint(job, lowered, common["tvm_version"])
+                data = codegen_export(job, lowered, target)
+        except Exception as exc:
+            return Build(
+                status="build",
+                error=_build_error(job, exc),
+                pass_trace=tuple(trace.names),
+                compile_s=time.perf_counter() - started,
+                tuning=getattr(exc, "tuning", tuning),  # a TuningMiss carries what the search found
+                **common,
+            ), None
+        return Build(
+            status="ok",
+            fingerprint=program,
+            pass_trace=tuple(trace.names),
+            kernel_count=kernel_count(lowered),
+            compile_s=time.perf_counter() - started,
+            artifact_sha256=hashlib.sha256(data).hexdigest(),
+            artifact_size=len(data),
+            artifact_arch=elf_arch(data),
+            tuning=tuning,
+            memory=_static_memory(memory),
+            **common,
+        ), data
+
+
+def _static_memory(probe: Any) -> dict[str, Any] | None:
+    """The build's static memory plan, or a record of why there is none (never a made-up zero)."""
+    try:
+        return probe.result()
+    except ValueError as exc:
+        return {"kind": "relax-static-plan", "available": False, "reason": str(exc)}
+
+
+# --- run --------------------------------------------------------------------------------------------
+
+
+def kernel_profile(remote: Any, file_name: str, args: list[Any], repeat: int) -> dict[str, Any]:
+    """Per-kernel times of an uploaded module, taken on the board by the agent's ``tvmbench.profile``.
+
+    A board without the agent (a stock ``tvm.exec.rpc_server``) or a profile that fails leaves the run
+    as it is: the profile is then recorded as unavailable, with the reason.
+    """
+    import json
+
+    try:
+        profile_fn = remote.get_function("tvmbench.profile")
+    except Exception:
+        return {
+            "available": False,
+            "reason": "the board runs a stock TVM RPC server; per-kernel profiles need workers/board_agent.py",
+        }
+    try:
+        return json.loads(profile_fn(file_name, repeat, *args))
+    except Exception as exc:
+        return {"available": False, "reason": f"profiling failed on the board: {one_line(exc)}"}
+
+
+def _outputs_to_numpy(out: Any) -> list[np.ndarray]:
+    if hasattr(out, "numpy"):
+        return [out.numpy()]
+    flat: list[np.ndarray] = []
+    for item in out:
+        flat.extend(_outputs_to_numpy(item))
+    return flat
+
+
+def _run_outputs(vm: Any, args: list[Any]) -> list[np.ndarray]:
+    """Run "main" once and fetch its outputs as numpy arrays.
+
+    Over RPC a tuple result comes back as an opaque RPCObjectRef (calling ``vm["main"]`` directly made
+    every multi-output model fail); the stateful interface hands the outputs back one by one.
+    """
+    vm.set_input("main", *args)
+    vm.invoke_stateful("main")
+    return _outputs_to_numpy(vm.get_outputs("main"))
+
+
+def device(remote: Any, job: Job) -> Any:
+    """The remote device the job's target runs on."""
+    kind = target_kind(job.target.tvm_target)
+    if kind in ("cuda", "rocm", "vulkan", "metal", "opencl"):
+        return getattr(remote, kind)(0)
+    return remote.cpu(0)
+
+
+def artifact_name(sha256: str) -> str:
+    """The file name an artifact is uploaded under on a board."""
+    return f"tvmbench-{sha256[:16]}.so"
+
+
+def _load_vm(remote: Any, artifact: bytes, sha256: str, dev: Any) -> Any:
+    """Upload an artifact under its hash and open a Relax VM on it."""
+    from tvm import relax
+
+    name = artifact_name(sha256)
+    remote.upload(bytearray(artifact), name)
+    return relax.VirtualMachine(remote.load_module(name), dev)
+
+
+def run_golden(remote: Any, golden: GoldenModel, job: Job) -> str | None:
+    """Run the golden model on the session's board; None when its outputs match, else the problem."""
+    import tvm
+
+    try:
+        dev = device(remote, job)
+        vm = _load_vm(remote, golden.artifact, golden.sha256, dev)
+        args = [tvm.runtime.tensor(golden.inputs[n], dev) for n in golden.input_names]
+        outputs = _run_outputs(vm, args)
+    except Exception as exc:
+        return one_line(exc)
+    _, _, problem = compare(outputs, list(golden.expected), golden.atol, golden.rtol)
+    return problem
+
+
+class RelaxVmRunner:
+    """Runner of the Relax VM executors over TVM RPC, health-checked with the golden model."""
+
+    def run(
+        self,
+        job: Job,
+        build: Build,
+        artifact: bytes,
+        inputs: dict[str, np.ndarray],
+        reference: list[np.ndarray],
+        tracker: str,
+        attempt: int = 1,
+        builds_in_flight: int | None = None,
+        *,
+        avoid: frozenset[str] = frozenset(),
+        prefer_not: frozenset[str] = frozenset(),
+        registration_wait_s: float | None = None,
+        golden: GoldenModel | None = None,
+        checked_boards: frozenset[str] = frozenset(),
+    ) -> Run:
+        """Check the job's outputs against the reference on a board of its key, then time it."""
+
+        def on_board(session: Session, base: dict[str, Any]) -> Run:
+            return self._on_board(session, job, build, artifact, inputs, reference, builds_in_flight, base)
+
+        return run_attempt(
+            job,
+            build,
+            artifact,
+            tracker,
+            run_base(job, attempt),
+            on_board,
+            golden=golden,
+            golden_check=run_golden,
+            checked_boards=checked_boards,
+            avoid=avoid,
+            prefer_not=prefer_not,
+            registration_wait_s=registration_wait_s,
+        )
+
+    def _on_board(
+        self,
+        session: Session,
+        job: Job,
+        build: Build,
+        artifact: bytes,
+        inputs: dict[str, np.ndarray],
+        reference: list[np.ndarray],
+        builds_in_flight: int | None,
+        base: dict[str, Any],
+    ) -> Run:
+        import tvm
+
+        wrong_arch = arch_mismatch(session, job, build, base)
+        if wrong_arch is not None:
+            return wrong_arch
+        remote, settings = session.remote, job.measure
+        dev = device(remote, job)
+        log = PhaseLog()  # workers/phases.py: upload, load, first inference, memory and board state apart
+        log.read_memory(remote, "before_load")
+        log.upload(remote, artifact, artifact_name(build.artifact_sha256))
+        vm = log.load_vm(remote, artifact_name(build.artifact_sha256), dev)
+        args = [tvm.runtime.tensor(inputs[n], dev) for n, _, _ in job.model.inputs]
+        log.read_memory(remote, "after_load")
+        log.first_inference(remote, vm, dev, args)
+        outputs = _outputs_to_numpy(vm.get_outputs("main"))
+        max_abs, max_rel, wrong = check_outputs(outputs, reference, settings, base)
+        if wrong is not None:
+            return wrong
+        load = os.getloadavg()[0]
+        log.read_state(remote, "before")
+        sampled = sample(time_evaluator_timer(vm, dev, settings, args), SamplingPlan.from_settings(settings))
+        log.read_state(remote, "after")
+        log.read_memory(remote, "after_runs")
+        if settings.profile:
+            base["kernel_profile"] = kernel_profile(remote, artifact_name(build.artifact_sha256), args, settings.repeat)
+        return ok_run(
+            sampled.samples_ms,
+            max_abs_err=max_abs,
+            max_rel_err=max_rel,
+            load_avg_1m=load,
+            builds_in_flight=builds_in_flight,
+            **log.fields(sampled),
+            **base,
+        )
+
+
+BUILDER = RelaxVmBuilder()
+RUNNER = RelaxVmRunner()
+# Both VM modes build and run the same way; exec_mode comes from the name ("bytecode" / "compiled").
+EXECUTORS: tuple[Executor, ...] = tuple(
+    Executor(name, BUILDER, RUNNER, accepts=not_mcu, golden_executor=name, tunable=True)
+    for name in ("vm-bytecode", "vm-compiled")
+)

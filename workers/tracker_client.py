@@ -1,0 +1,182 @@
+"""The TVM RPC tracker client: summaries, and board requests bounded by a deadline.
+
+TVM's own tracker client blocks forever when no board is free; every wait here is bounded by socket
+timeouts against one deadline. Used by the runners (workers/board_session.py), the farm and the
+scheduler (which keys have a board on this machine).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any
+
+
+class DeviceUnavailable(RuntimeError):
+    """No board of the key became free before the deadline."""
+
+
+class NoBoardRegistered(RuntimeError):
+    """The tracker knows no board of the key at all."""
+
+
+@dataclass(frozen=True)
+class Session:
+    """An RPC session on one board; the board is busy until the last reference to ``remote`` goes."""
+
+    remote: Any  # tvm.rpc.RPCSession
+    board_id: str
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """(host, port) of a ``HOST:PORT`` tracker address; ValueError naming it otherwise."""
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"tracker address {addr!r} is not HOST:PORT")
+    return host, int(port)
+
+
+def tracker_summary(tracker: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    """The tracker's summary: {"queue_info": {key: {free, pending}}, "server_info": [...]}."""
+    from tvm.rpc import base
+
+    sock = _tracker_socket(tracker, timeout_s)
+    try:
+        base.sendjson(sock, [base.TrackerCode.SUMMARY])
+        value = base.recvjson(sock)
+    finally:
+        sock.close()
+    if value[0] != base.TrackerCode.SUCCESS:
+        raise RuntimeError(f"tracker {tracker} answered {value!r} to a summary request")
+    return value[1]
+
+
+def registered_keys(summary: dict[str, Any]) -> dict[str, int]:
+    """Board count per key, from a tracker summary."""
+    counts: dict[str, int] = {}
+    for server in summary.get("server_info", []):
+        key = str(server.get("key", "")).removeprefix("server:")
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _tracker_socket(tracker: str, timeout_s: float) -> socket.socket:
+    from tvm.rpc import base
+
+    host, port = parse_addr(tracker)
+    sock = socket.create_connection((host, port), timeout=timeout_s)
+    sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+    magic = struct.unpack("<i", base.recvall(sock, 4))[0]
+    if magic != base.RPC_TRACKER_MAGIC:
+        sock.close()
+        raise RuntimeError(f"{tracker} is not a TVM RPC tracker")
+    return sock
+
+
+def _request_once(tracker: str, key: str, wait_s: float, session_timeout_s: float) -> Session:
+    """One REQUEST to the tracker, bounded by ``wait_s`` (TimeoutError -> DeviceUnavailable)."""
+    from tvm import rpc
+    from tvm.rpc import base
+
+    sock = _tracker_socket(tracker, timeout_s=min(10.0, wait_s))
+    try:
+        sock.settimeout(wait_s)
+        base.sendjson(sock, [base.TrackerCode.REQUEST, key, "", 1])
+        try:
+            value = base.recvjson(sock)
+        except TimeoutError:
+            raise DeviceUnavailable(key) from None
+    finally:
+        # Closing does not withdraw a pending request from the tracker; a board offered to it later
+        # regenerates its match key after a few seconds and is free again.
+        sock.close()
+    if value[0] != base.TrackerCode.SUCCESS:
+        raise RuntimeError(f"tracker {tracker} answered {value!r} to a request for {key}")
+    url, port, matchkey = value[1]
+    remote = rpc.connect(url, port, matchkey, session_timeout_s)
+    return Session(remote=remote, board_id=f"{key}@{url}:{port}")
+
+
+def key_boards(summary: dict[str, Any], key: str) -> set[str]:
+    """Board ids (key@host:port) of ``key`` in a tracker summary."""
+    ids = set()
+    for server in summary.get("server_info", []):
+        if str(server.get("key", "")).removeprefix("server:") == key:
+            host, port = (server.get("addr") or ["?", "?"])[:2]
+            ids.add(f"{key}@{host}:{port}")
+    return ids
+
+
+def request_session(
+    tracker: str,
+    key: str,
+    deadline_s: float,
+    session_timeout_s: float,
+    *,
+    avoid: frozenset[str] = frozenset(),
+    prefer_not: frozenset[str] = frozenset(),
+    registration_wait_s: float | None = None,
+) -> Session:
+    """Ask the tracker for a board of ``key``, giving up after ``deadline_s``.
+
+    The tracker picks the board, and its own request blocks forever when none is free, so:
+    - every wait is bounded here by socket timeouts against one deadline;
+    - a tracker that drops the connection (restarted) is asked again until the deadline, and a key
+      with no board registered is polled for ``registration_wait_s`` (boards re-register a few
+      seconds after a tracker restart) before NoBoardRegistered;
+    - boards in ``avoid`` (quarantined) are never used and boards in ``prefer_not`` (the board an
+      attempt just failed on) only when no other board of the key is free at the deadline. A session
+      on such a board is *held* while asking again, so that the tracker must offer a different board
+      (a released board would go straight back into its queue); held sessions are closed before
+      returning. When every registered board of the key is avoided, DeviceUnavailable says so.
+    """
+    start = time.monotonic()
+    deadline = start + deadline_s
+    wait_registration = deadline_s if registration_wait_s is None else min(registration_wait_s, deadline_s)
+    held: list[Session] = []
+    seen_board = False
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            fallback = next((h for h in held if h.board_id not in avoid), None)
+            if remaining <= 0:
+                if fallback is not None:
+                    held.remove(fallback)
+                    return fallback
+                raise DeviceUnavailable(key) if seen_board else NoBoardRegistered(key)
+            try:
+                boards = key_boards(tracker_summary(tracker, timeout_s=min(10.0, remaining)), key)
+            except OSError:  # the tracker is restarting: ask again until the deadline
+                time.sleep(min(0.5, max(remaining, 0)))
+                continue
+            if not boards:
+                if time.monotonic() - start >= wait_registration:
+                    raise NoBoardRegistered(key)
+                time.sleep(min(0.5, max(remaining, 0)))
+                continue
+            seen_board = True
+            usable = boards - avoid - {h.board_id for h in held}
+            if not usable:
+                if fallback is not None:
+                    held.remove(fallback)
+                    return fallback
+                if boards <= avoid:
+                    raise DeviceUnavailable(f"every board of {key!r} is quarantined: {sorted(boards)}")
+                time.sleep(min(0.5, max(remaining, 0)))
+                continue
+            try:
+                session = _request_once(tracker, key, remaining, session_timeout_s)
+            except DeviceUnavailable:
+                continue  # the deadline has passed: the top of the loop decides
+            except Exception:
+                # Tracker dropped the request (restart) or matched a board that just died.
+                time.sleep(min(0.5, max(deadline - time.monotonic(), 0)))
+                continue
+            if session.board_id in avoid or session.board_id in prefer_not:
+                held.append(session)
+                continue
+            return session
+    finally:
+        held.clear()  # dropping the last reference closes a held session and frees its board
