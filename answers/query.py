@@ -396,6 +396,7 @@ def job_detail(store: ResultStore, job_ref: str, sweep_id: str | None = None) ->
                 "ram_bytes": build.ram_bytes,
                 "params_bytes": build.params_bytes,
                 "planned_bytes": build.planned_bytes,
+                "tuning": build.tuning,
             }
         )
         detail["runs"] = [

@@ -162,7 +162,7 @@ def print_tuning(console: Console, tuning: dict[str, Any] | None) -> None:
             "-" if flops is None else f"{flops / 1e6:.3g}",
             str(t.get("trials")),
             "-" if best is None else f"{best:.4g}",
-            "[green]yes[/]" if found else "[red]no[/]" if found is not None else "-",
+            "yes" if found else "no" if found is not None else "-",
         )
     console.print(table)
 

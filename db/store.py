@@ -825,6 +825,7 @@ def tuning_record_rank(trace: list[Any], run_secs: list[float] | None) -> tuple[
     scheduled = bool(insts) and insts[0][0] != "EnterPostproc"
     return mean, scheduled and any(t != records.MS_FAILED_RUN_S for t in times)
 
+
 def static_memory_columns(memory: dict[str, Any] | None) -> dict[str, int | None]:
     """params_bytes and planned_bytes of a build's memory dict, for VM and microcontroller builds alike:
     a microcontroller's weights are its parameters, its arena and workspace its planned storage."""

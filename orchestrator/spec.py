@@ -368,6 +368,8 @@ def _tuning(data: dict[str, Any]) -> TuningSettings:
                 raise SpecError(f"{where} = {value}: must be an integer from {low} to {high}")
         values[name] = value
     return TuningSettings(**values)
+
+
 def _no_control_characters(where: str, value: Any) -> None:
     """Refuse control characters in any string: names and paths are printed on terminals, where an escape
     sequence (ESC [ ...) would recolour, retitle or hide text on the screen of whoever lists the results."""

@@ -27,7 +27,8 @@ from workers.artifacts import ArtifactCache
 
 BUDGET = 8
 SWEEP = """
-name = "{name}"
+name = "tuned"
+label = "{run}"
 [[models]]
 path = "{model}"
 [[targets]]
@@ -48,10 +49,10 @@ repeat = 3
 def _tuned(
     tmp_path: Path, store: ResultStore, farm: LocalFarm, model: Path, budget: int, run: str
 ) -> tuple[dict, dict]:
-    """Run a one-job tuned sweep with a fresh artifact cache; returns (the job's result row, its tuning)."""
-    spec = load_spec(
-        write_sweep(tmp_path, SWEEP.format(name=f"tuned-{run}", model=model, budget=budget), name=f"{run}.toml")
-    )
+    """Run a one-job tuned sweep (a new sweep: its own label) with a fresh artifact cache, so the build and
+    its tuning stage run again; returns (the job's result row, its tuning)."""
+    spec = load_spec(write_sweep(tmp_path, SWEEP.format(run=run, model=model, budget=budget), name=f"{run}.toml"))
+    assert outcome_is_new(store, spec.sweep_id)
     outcome = run_sweep(spec, store, farm.tracker, ArtifactCache(tmp_path / f"artifacts-{run}"), health_checks=False)
     assert outcome.complete
     (row,) = query.results(store, spec.sweep_id)
@@ -72,6 +73,18 @@ def shared(tmp_path_factory: pytest.TempPathFactory, ray_local: None, local_farm
     store.close()
 
 
+def outcome_is_new(store: ResultStore, sweep_id: str) -> bool:
+    """The sweep is not in the database yet (so its job really runs)."""
+    return store.get_sweep(sweep_id) is None
+
+
+def _workloads(store: ResultStore) -> list[tuple]:
+    """The stored workloads (for failure messages)."""
+    w = m.TuningWorkload
+    with store._sessions() as s:
+        return [tuple(r) for r in s.execute(select(w.id, w.workload_hash, w.target_key, w.board_key, w.tvm_version))]
+
+
 def _records(store: ResultStore) -> int:
     with store._sessions() as s:
         return int(s.scalar(select(func.count()).select_from(m.TuningRecord)))
@@ -90,7 +103,7 @@ def test_same_sweep_again_spends_zero_trials(shared, local_farm: LocalFarm) -> N
     tmp_path, store, first_row, _ = shared
     before = _records(store)
     row, again = _tuned(tmp_path, store, local_farm, tmp_path / "mlp_a.onnx", BUDGET, "again")
-    assert again["trials_run"] == 0, again
+    assert again["trials_run"] == 0, (again, _workloads(store))
     assert again["trials_from_records"] == BUDGET
     assert _records(store) == before, "nothing new to store"
     assert row["fingerprint"] == first_row["fingerprint"], "the same records give the same tuned program"

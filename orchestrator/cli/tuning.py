@@ -11,17 +11,10 @@ from typing import Annotated
 
 import typer
 
+from orchestrator.cli.common import DbOpt, JsonOpt, console, fail, open_store, print_json
+
 app = typer.Typer(no_args_is_help=True, help="MetaSchedule tuning records: list, export and import JSON databases.")
 
-# Same options as the rest of the CLI (orchestrator/cli.py); its helpers are imported at call time, since
-# the CLI module imports this one.
-DbOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--db", envvar="TVMBENCH_DB", help="SQLAlchemy URL of the results database (default: SQLite in TVMBENCH_HOME)."
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 TargetOpt = Annotated[
     str | None, typer.Option("--target", help="Preset name, TVM tag or JSON target dict the records were tuned for.")
 ]
@@ -32,11 +25,9 @@ ModelOpt = Annotated[str | None, typer.Option("--model", help="Only workloads me
 @app.command("list")
 def tuning_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Stored tuning records per scope: board key, target, TVM version, module equality."""
-    from orchestrator.cli.common import console, print_json
-    from orchestrator.cli.common import open_store as store_or_fail
     from workers.tuning.exchange import short_target
 
-    rows = store_or_fail(db).tuning_scopes()
+    rows = open_store(db, read_only=True).tuning_scopes()
     if as_json:
         print_json(rows)
         return
@@ -73,11 +64,9 @@ def tuning_export(
     as_json: JsonOpt = False,
 ) -> None:
     """Write one scope's records as a MetaSchedule JSON database (for plain TVM scripts)."""
-    from orchestrator.cli.common import console, fail, print_json
-    from orchestrator.cli.common import open_store as store_or_fail
     from workers.tuning import exchange
 
-    store = store_or_fail(db)
+    store = open_store(db, read_only=True)
     try:
         scope = exchange.select_scope(
             store, target=target, board_key=board_key, tvm_version=tvm_version, model_name=model
@@ -111,11 +100,9 @@ def tuning_import(
     as_json: JsonOpt = False,
 ) -> None:
     """Read a MetaSchedule JSON database into the results database (idempotent)."""
-    from orchestrator.cli.common import console, fail, print_json
-    from orchestrator.cli.common import open_store as store_or_fail
     from workers.tuning import exchange
 
-    store = store_or_fail(db)
+    store = open_store(db)
     try:
         done = exchange.import_records(
             store, directory, board_key=board_key, target=target, tvm_version=tvm_version,
