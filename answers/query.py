@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Select, case, func, select
 
+from core.pass_trace import expand
 from core.records import FINAL_STATUSES, PENDING_STATUSES
 from db import models as m
 
@@ -382,7 +383,7 @@ def job_detail(store: ResultStore, job_ref: str, sweep_id: str | None = None) ->
                 "error": build.error,
                 "fingerprint": build.fingerprint,
                 "pass_count": build.pass_count,
-                "pass_trace": build.pass_trace,
+                "pass_trace": expand(build.pass_trace),  # old rows: the plain list
                 "kernel_count": build.kernel_count,
                 "compile_s": build.compile_s,
                 "artifact_sha256": build.artifact_sha256,

@@ -180,6 +180,9 @@ def outcome_line(outcome: Any) -> str:
     if outcome.built == 0 and outcome.cached:
         built = f"compiled nothing: all {outcome.cached} program(s) came from the artifact cache"
     parts = [f"sweep {outcome.sweep_id}: {outcome.jobs} jobs ({statuses})", built]
+    skipped = getattr(outcome, "codegen_skipped", 0)
+    if skipped:
+        parts.append(f"{skipped} of them skipped codegen: an identical program was compiled already")
     if outcome.already_final:
         parts.append(f"{outcome.already_final} job(s) already had results and were skipped")
     if outcome.equivalent:
@@ -251,7 +254,7 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
         if r["error"]:
             console.print(f"    error: {r['error']}", highlight=False, soft_wrap=True)
         for text in run_measurement_lines(r):
-            console.print(f"    {text}", highlight=False, soft_wrap=True)
+            console.print(Text(f"    {text}"), highlight=False, soft_wrap=True)  # reasons are text, not markup
 
 
 def static_plan_line(memory: dict[str, Any]) -> str:

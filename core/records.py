@@ -7,6 +7,7 @@ as values with a kind (see ``ErrorKind``), never as exceptions crossing a stage.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
@@ -40,10 +41,70 @@ FINAL_STATUSES: tuple[str, ...] = ("ok", *ERROR_KINDS)
 PIPELINES: tuple[str, ...] = ("per-target", "generic")
 
 
+def canonical_json(obj: Any) -> str:
+    """The canonical JSON of ``obj``: sorted keys, no whitespace, str() for what JSON has no type for."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
 def canonical_hash(obj: Any) -> str:
     """sha256 hex of the canonical JSON of ``obj`` (sorted keys, no whitespace)."""
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical_json(obj).encode()).hexdigest()
+
+
+_encode_str = json.encoder.encode_basestring_ascii  # what json.dumps uses for a str (ensure_ascii)
+
+
+def _leaf(value: Any) -> str:
+    """``json.dumps`` of a scalar, without its per-call set-up (called for every job of a plan)."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return _encode_str(value)
+    if type(value) is int:
+        return int.__repr__(value)
+    return canonical_json(value)
+
+
+def _hash_members(members: dict[str, str]) -> str:
+    """``canonical_hash`` of a dict whose values are given already as canonical JSON (the same digest).
+
+    Job keys are computed for every job of a plan (10,000 and more): the parts shared by many jobs
+    (model inputs, target, measurement settings) are serialised once, not once per job.
+    """
+    text = "{" + ",".join(f"{_encode_str(k)}:{v}" for k, v in sorted(members.items())) + "}"
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _once(job: Job, name: str, make: Any) -> Any:
+    """``make()`` cached on the (frozen) job under ``name``; not a field, so not in eq, hash or replace."""
+    cached = job.__dict__.get(name)
+    if cached is None:
+        cached = make()
+        object.__setattr__(job, name, cached)
+    return cached
+
+
+@functools.lru_cache(maxsize=1024)
+def _json_of(value: Any) -> str:
+    """Canonical JSON of a hashable record part (model inputs, measurement settings), serialised once."""
+    if isinstance(value, MeasureSettings):
+        return canonical_json(value.identity())
+    return canonical_json(value)
+
+
+_TARGET_JSON: dict[int, tuple[Any, str]] = {}  # id(target) -> (target, its canonical JSON); holds the target
+
+
+def _target_json(target: TargetSpec) -> str:
+    """Canonical JSON of a target's TVM dict (a dict: not hashable), serialised once per target object."""
+    hit = _TARGET_JSON.get(id(target))
+    if hit is None or hit[0] is not target:
+        if len(_TARGET_JSON) > 4096:
+            _TARGET_JSON.clear()
+        hit = _TARGET_JSON[id(target)] = (target, canonical_json(target.tvm_target))
+    return hit[1]
 
 
 @dataclass(frozen=True)
@@ -176,29 +237,59 @@ class Job:
         if self.kernels is not None:  # executors without the axis keep the keys they always had
             config["kernels"] = self.kernels
         if self.tuning:  # untuned jobs keep the keys they always had
-            # A tuned program is chosen by timings on the key's boards: the boards are part of it.
-            config["tuning"] = {
-                "budget": self.tuning,
-                "board_key": self.target.board_key,
-                **asdict(self.tuning_settings),
-            }
+            config["tuning"] = build_config_tuning(self)
         return config
+
+    def _config_members(self) -> dict[str, str]:
+        """``build_config()`` with each value as its canonical JSON, shared parts serialised once."""
+
+        def make() -> dict[str, str]:
+            members = {
+                "model": _leaf(self.model.sha256),
+                "inputs": _json_of(self.model.inputs),
+                "target": _target_json(self.target),
+                "cross_compiler": _leaf(self.target.cross_compiler),
+                "executor": _leaf(self.executor),
+                "opt_level": _leaf(self.opt_level),
+                "pipeline": _leaf(self.pipeline),
+            }
+            if self.kernels is not None:
+                members["kernels"] = _leaf(self.kernels)
+            if self.tuning:  # must equal build_config()'s "tuning" (tests/test_tuning_spec.py checks it)
+                members["tuning"] = canonical_json(build_config_tuning(self))
+            return members
+
+        return _once(self, "_members", make)
 
     @property
     def key(self) -> str:
-        """Stable identity of the job: the same on any machine for the same sweep file."""
-        return canonical_hash(
-            {
-                **self.build_config(),
-                "board_key": self.target.board_key,
-                "measure": self.measure.identity(),
-                **self.model.input_values(),  # other inputs, other verdict; the build stays the same
-            }
-        )
+        """Stable identity of the job: the same on any machine for the same sweep file.
+
+        Equal to ``canonical_hash({**build_config(), "board_key": ..., "measure": measure.identity(),
+        **model.input_values()})``, computed from parts serialised once.
+        """
+
+        def make() -> str:
+            members = {**self._config_members(), "board_key": _leaf(self.target.board_key)}
+            members["measure"] = _json_of(self.measure)
+            # other inputs, other verdict; the build stays the same
+            members.update({k: canonical_json(v) for k, v in self.model.input_values().items()})
+            return _hash_members(members)
+
+        return _once(self, "_key", make)
 
     def build_key(self, tvm_version: str) -> str:
-        """Identity of the artifact: a TVM upgrade builds anew."""
-        return canonical_hash({**self.build_config(), "tvm": tvm_version})
+        """Identity of the artifact: a TVM upgrade builds anew (``canonical_hash({**build_config(), "tvm": v})``)."""
+        keys = _once(self, "_build_keys", dict)
+        if tvm_version not in keys:
+            keys[tvm_version] = _hash_members({**self._config_members(), "tvm": _leaf(tvm_version)})
+        return keys[tvm_version]
+
+
+def build_config_tuning(job: Job) -> dict[str, Any]:
+    """The tuning part of a tuned job's build config: budget, board key (timings on the key's boards
+    chose the program) and the [tuning] settings."""
+    return {"budget": job.tuning, "board_key": job.target.board_key, **asdict(job.tuning_settings)}
 
 
 @dataclass(frozen=True)
@@ -222,6 +313,11 @@ class Build:
     # estimate) and their parts. Relax VM builds (workers/memory_plan.py): params_bytes, planned_bytes
     # (after StaticPlanBlockMemory) and ram_bytes = their sum. None when not known.
     memory: dict[str, Any] | None = None
+    # How many of pass_trace's passes ran before codegen (the Relax pipeline); None when not split.
+    pipeline_passes: int | None = None
+    # Set when codegen was skipped: the build key whose identical program (same fingerprint) compiled
+    # the artifact this build uses (workers/program_index.py); the driver fills in its artifact.
+    reused_from: str | None = None
     # MetaSchedule tuning provenance (None when untuned): budget, trials_run, trials_from_records, tasks
     # [{name, weight, flops, trials, best_us, records_found}], failed_trials {kind: n}, errors (samples),
     # tuning_s, build_s, board_wait_s, run_s, cost_model, seed, database.

@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from core import records
 from core.errors import describe_missing
 from core.health import next_state
+from core.pass_trace import compact_split, expand, pipeline_passes
 from db import models as m
 
 T = TypeVar("T")
@@ -238,6 +239,8 @@ class ResultStore:
         if not self.read_only and migrate:
             self._retry(lambda: upgrade(self.engine))
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._pending: list[Callable[[Session], Any]] | None = None  # queued writes of a batch()
+        self._job_ids: dict[tuple[str, str], int] = {}
 
     def _at_head(self) -> bool:
         """Whether the database is at the newest migration (a read-only one cannot be migrated)."""
@@ -281,14 +284,39 @@ class ResultStore:
         with self._sessions.begin() as session:
             yield session
 
-    def _write(self, fn: Callable[[Session], T]) -> T:
-        """One transaction, committed before this returns, retried as a whole when the DB is busy."""
+    def _write(self, fn: Callable[[Session], T]) -> T | None:
+        """One transaction, committed before this returns, retried as a whole when the DB is busy.
+
+        Inside ``batch()`` the write is queued instead (and None returned): the batch commits it.
+        """
+        if self._pending is not None:
+            self._pending.append(fn)
+            return None
 
         def attempt() -> T:
             with self._tx() as session:
                 return fn(session)
 
         return self._retry(attempt)
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Writes made in the block are committed together, in one transaction, when it ends.
+
+        The scheduler stores the outcomes of one pass of its loop this way (one commit, not one per
+        job). Nothing written in the block counts as stored before the block ends; a write that fails
+        makes the whole batch fail, like one transaction. A queued write returns None (record_run's id).
+        """
+        if self._pending is not None:  # nested: the outer batch commits
+            yield
+            return
+        self._pending = []
+        try:
+            yield
+        finally:
+            ops, self._pending = self._pending, None
+            if ops:
+                self._write(lambda s: [op(s) for op in ops])
 
     # --- sweeps and jobs ------------------------------------------------------------------------
 
@@ -390,7 +418,8 @@ class ResultStore:
                 status=row.status,
                 error=row.error,
                 fingerprint=row.fingerprint,
-                pass_trace=tuple(row.pass_trace or ()),
+                pass_trace=tuple(expand(row.pass_trace)),
+                pipeline_passes=pipeline_passes(row.pass_trace),
                 kernel_count=row.kernel_count,
                 compile_s=row.compile_s,
                 artifact_sha256=row.artifact_sha256,
@@ -427,7 +456,8 @@ class ResultStore:
                 "status": build.status,
                 "error": build.error,
                 "fingerprint": build.fingerprint,
-                "pass_trace": list(build.pass_trace),
+                # Runs of the per-kernel TIR pipeline folded (core/pass_trace.py); pass_count counts them all.
+                "pass_trace": compact_split(build.pass_trace, build.pipeline_passes),
                 "pass_count": len(build.pass_trace),
                 "kernel_count": build.kernel_count,
                 "compile_s": build.compile_s,
@@ -454,6 +484,15 @@ class ResultStore:
         row = s.scalars(select(m.Job).where(m.Job.sweep_id == sweep_id, m.Job.job_key == job_key)).one()
         return row
 
+    def _job_id(self, s: Session, sweep_id: str, job_key: str) -> int:
+        """The id of a job row (ids never change: remembered after the first look-up)."""
+        key = (sweep_id, job_key)
+        if key not in self._job_ids:
+            self._job_ids[key] = s.scalars(
+                select(m.Job.id).where(m.Job.sweep_id == sweep_id, m.Job.job_key == job_key)
+            ).one()
+        return self._job_ids[key]
+
     def finish_job(self, sweep_id: str, job_key: str, status: str, error: str | None = None) -> None:
         """Final state of a job that never reached a board (model or build error, cancelled)."""
 
@@ -472,11 +511,11 @@ class ResultStore:
         """
 
         def write(s: Session) -> int:
-            job = self._job_row(s, sweep_id, run.job_key)
+            job_id = self._job_id(s, sweep_id, run.job_key)
             if run.board_id:
                 self._ensure_board(s, run)
             values = {
-                "job_id": job.id,
+                "job_id": job_id,
                 "attempt": run.attempt,
                 "board_id": run.board_id,
                 "status": run.status,
@@ -501,17 +540,30 @@ class ResultStore:
                 "finished_at": _ts(run.finished_at),
             }
             # A second writer of the same attempt (a retried task, another driver) keeps the first row.
-            if insert_ignore(s, m.Run, values, ["job_id", "attempt"]) and run.board_id:
+            stmt = _insert(s, m.Run, values).on_conflict_do_nothing(index_elements=["job_id", "attempt"])
+            run_id = s.execute(stmt.returning(m.Run.id)).scalar()
+            if run_id is not None and run.board_id:
                 self._touch_board(s, run)
-            row = s.scalars(select(m.Run).where(m.Run.job_id == job.id, m.Run.attempt == run.attempt)).one()
-            if job.status not in records.PENDING_STATUSES:
-                pass  # already final (e.g. cancelled meanwhile): the attempt is kept, the outcome is not replaced
-            elif final:
-                job.status, job.error, job.final_run_id = run.status, run.error, row.id
-                job.equivalent_to, job.finished_at = run.equivalent_to, _now()
+            if run_id is None:
+                run_id = s.scalar(select(m.Run.id).where(m.Run.job_id == job_id, m.Run.attempt == run.attempt))
+            # Only a job without a final row takes an outcome (e.g. not one cancelled meanwhile): the attempt
+            # is kept either way. The condition is in the UPDATE, so two writers cannot both finish it.
+            pending = (m.Job.id == job_id) & m.Job.status.in_(records.PENDING_STATUSES)
+            if final:
+                s.execute(
+                    update(m.Job)
+                    .where(pending)
+                    .values(
+                        status=run.status,
+                        error=run.error,
+                        final_run_id=run_id,
+                        equivalent_to=run.equivalent_to,
+                        finished_at=_now(),
+                    )
+                )
             elif run.status in records.PENDING_STATUSES:
-                job.status, job.error = run.status, run.error
-            return row.id
+                s.execute(update(m.Job).where(pending).values(status=run.status, error=run.error))
+            return run_id
 
         return self._write(write)
 
@@ -609,6 +661,17 @@ class ResultStore:
             return len(rows)
 
         return self._write(write)
+
+    def last_attempts(self, sweep_id: str) -> dict[str, int]:
+        """Highest attempt number stored per job key of the sweep (jobs without a run are absent)."""
+        with self._sessions() as s:
+            rows = s.execute(
+                select(m.Job.job_key, func.max(m.Run.attempt))
+                .join(m.Run, m.Run.job_id == m.Job.id)
+                .where(m.Job.sweep_id == sweep_id)
+                .group_by(m.Job.job_key)
+            )
+            return {key: int(top) for key, top in rows}
 
     def next_attempt(self, sweep_id: str, job_key: str) -> int:
         with self._sessions() as s:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
-from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -29,8 +29,10 @@ from orchestrator.spec import SweepSpec
 from workers.aot.boards import is_mcu_target
 from workers.artifacts import ArtifactCache
 from workers.build_common import tvm_versions
-from workers.executors.registry import build_job, measure_job
+from workers.executors import registry
+from workers.executors.base import Builder, Executor, Runner
 from workers.onnx_model import load_inputs_file, seeded_inputs
+from workers.program_index import remote_claim, reuse_key, start_index
 from workers.reference import reference_outputs, reference_problem
 from workers.tracker_client import tracker_summary
 
@@ -65,20 +67,37 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
 
 
 def build_on_node(
-    job: Job, model_data: bytes, fence_host: str | None = None, tuning_env: Any = None
+    builder: Builder,
+    job: Job,
+    model_data: bytes,
+    index: Any = None,
+    fence_host: str | None = None,
+    tuning_env: Any = None,
 ) -> tuple[Build, bytes | None]:
-    """``build_job`` in a Ray task; the build's host becomes "hostname/ray-node-id" to show where it ran.
+    """``builder.build`` in a Ray task; the build's host becomes "hostname/ray-node-id" to show where it ran.
 
-    On the driver's machine the build holds the host fence (workers/fence.py) so that no tuning
-    candidate is timed on a host board meanwhile; ``tuning_env`` is what a tuned job needs from the driver.
+    ``index``: the sweep's program index actor (identical programs skip codegen), or None. On the
+    driver's machine the build holds the host fence (workers/fence.py) so that no tuning candidate is
+    timed on a host board meanwhile; a tuned job's builder gets the hold (let go of while it tunes) and
+    ``tuning_env``, what it needs from the driver.
     """
     import ray
 
     from workers.fence import local_fence
 
-    build, data = build_job(job, model_data, fence=local_fence(fence_host), tuning_env=tuning_env)
+    claim = remote_claim(index) if index is not None else None
+    with local_fence(fence_host).building() as hold:
+        if job.tuning and hasattr(builder, "build_tuned"):  # the plan budgets only tunable executors
+            build, data = builder.build_tuned(job, model_data, hold=hold, tuning_env=tuning_env, claim=claim)
+        else:
+            build, data = builder.build(job, model_data, claim=claim)
     node = ray.get_runtime_context().get_node_id()
     return replace(build, host=f"{build.host}/{node}"), data
+
+
+def measure_on_node(runner: Runner, *args: Any, **kwargs: Any) -> Run:
+    """``runner.run`` in a Ray task (no CPU: the board does the work)."""
+    return runner.run(*args, **kwargs)
 
 
 def check_farm_resource(name: str) -> None:
@@ -98,7 +117,7 @@ def _remote_functions(farm_resource: str | None = None) -> tuple[Any, Any]:
     # A worker that dies mid-build is re-run by Ray (the build is a pure function of its inputs).
     # Builds take one CPU each, so Ray spreads them over every node of a cluster.
     build = ray.remote(num_cpus=1, max_retries=2)(build_on_node)
-    measure = ray.remote(num_cpus=0, max_retries=0)(measure_job)
+    measure = ray.remote(num_cpus=0, max_retries=0)(measure_on_node)
     if farm_resource:
         # A sliver of a custom resource pins measurements to the node(s) that can reach the farm
         # (e.g. the one on the lab network) without limiting how many run there at once.
@@ -121,6 +140,7 @@ class SweepOutcome:
     cached: int = 0
     measured: int = 0
     equivalent: int = 0
+    codegen_skipped: int = 0  # builds whose program another build compiled (same fingerprint)
     statuses: Counter = field(default_factory=Counter)
 
     @property
@@ -135,6 +155,7 @@ class SweepOutcome:
             "cached": self.cached,
             "measured": self.measured,
             "equivalent": self.equivalent,
+            "codegen_skipped": self.codegen_skipped,
             "already_final": self.already_final,
             "statuses": dict(self.statuses),
         }
@@ -169,6 +190,7 @@ class _Sweep:
         max_builds: int | None,
         farm_resource: str | None = None,
         health_checks: bool = True,
+        executors: Mapping[str, Executor] | None = None,
     ) -> None:
         import ray
 
@@ -195,6 +217,7 @@ class _Sweep:
         self.goldens: dict[tuple[str, str], GoldenModel | None] = {}
         self.golden_model_ref: Any = None
         self.golden_jobs: dict[tuple[str, str], tuple[tuple[str, str], Job] | None] = {}
+        self.goldens_building: set[tuple[str, str]] = set()
         self.health_checks = health_checks
         self.cancelled = False
         self._cancel_polled = 0.0
@@ -208,6 +231,10 @@ class _Sweep:
         self.progress_name = progress_name(self.sweep_id)
         self._tuning_seen: dict[str, tuple[int, int]] = {}
         self._tuning_polled = 0.0
+        # The Builder and Runner of each executor (the registry's unless a test or benchmark injects its own).
+        self.executors: Mapping[str, Executor] = executors or registry.REGISTRY
+        self.reference_refs: dict[tuple[str, int], tuple[Any, Any]] = {}
+        self._quarantined: frozenset[str] | None = None  # board states, read again after a board fault
 
     # --- queues -------------------------------------------------------------------------------
 
@@ -216,10 +243,13 @@ class _Sweep:
         by_build: dict[str, list[Job]] = defaultdict(list)
         for job in self._with_reference(jobs, outcome):
             by_build[job.build_key(self.tvm_version)].append(job)
-        to_build: list[str] = []
+        self.by_build = by_build
+        self.attempts = self.store.last_attempts(self.sweep_id)  # job key -> highest attempt stored
+        to_build: deque[str] = deque()
         self.builds: dict[str, Build] = {}
         self.artifacts: dict[str, Any] = {}  # build key -> object ref of the artifact bytes
         ready: list[str] = []
+        known: dict[str, str] = {}  # reuse key -> build key, for the program index
         for build_key in by_build:
             cached = self.store.get_build(build_key)
             data = self.cache.get(cached.artifact_sha256) if cached and cached.ok and cached.artifact_sha256 else None
@@ -228,12 +258,21 @@ class _Sweep:
                 self.artifacts[build_key] = ray.put(data)
                 ready.append(build_key)
                 outcome.cached += 1
+                if cached.fingerprint:
+                    known.setdefault(reuse_key(cached.fingerprint, by_build[build_key][0]), build_key)
             else:
                 to_build.append(build_key)
         self.counts.update(cached=outcome.cached, to_build=len(to_build), jobs=len(jobs))
         self.progress("start", dict(self.counts))
+        # Identical programs skip codegen: the build tasks claim each program in one small actor.
+        self.index = start_index(known) if to_build else None
+        self.parked: dict[str, list[tuple[str, Build]]] = defaultdict(list)  # leader build key -> waiting builds
+        self.no_reuse: set[str] = set()  # builds to compile themselves (the build they reused failed)
 
-        measure_queue: list[tuple[Job, int]] = []  # (leader job, attempt)
+        # Measurements wait per board key (one in flight per key); counters instead of scans of in_flight.
+        waiting: dict[str, deque[tuple[Job, int]]] = defaultdict(deque)  # board key -> (leader job, attempt)
+        measuring: Counter = Counter()  # board key -> measurements in flight
+        self.builds_in_flight = 0  # build and golden tasks
         leaders: dict[str, Job] = {}  # equivalence key -> leader job
         followers: dict[str, list[Job]] = defaultdict(list)  # leader job key -> jobs with the same program
         leader_runs: dict[str, Run] = {}  # leader job key -> its final run, for followers built later
@@ -256,65 +295,93 @@ class _Sweep:
                         followers[leader.key].append(job)
                 else:
                     leaders[same] = job
-                    measure_queue.append((job, self.store.next_attempt(self.sweep_id, job.key)))
+                    waiting[job.target.board_key].append((job, self._next_attempt(job.key)))
 
         for build_key in ready:
             enqueue(build_key)
 
-        def builds_running() -> int:
-            return sum(1 for kind, _ in in_flight.values() if kind in ("build", "golden"))
-
         def fenced_measuring() -> bool:
-            return any(
-                kind == "measure" and item[0].target.board_key in self.fenced for kind, item in in_flight.values()
-            )
+            return any(measuring[k] for k in self.fenced)
 
-        while to_build or measure_queue or in_flight:
+        while to_build or any(waiting.values()) or in_flight:
             # Measurements first: a fenced board waits until the builds on this machine drain.
-            for entry in list(measure_queue):
-                job, attempt = entry
+            for key, queue in waiting.items():
+                if not queue or measuring[key]:
+                    continue
+                job, attempt = queue[0]
                 if not self._golden_ready(job, in_flight, fenced_measuring()):
                     continue  # its boards' golden model is being built (a Ray task like any build)
-                key = job.target.board_key
-                busy_key = any(
-                    kind == "measure" and item[0].target.board_key == key for kind, item in in_flight.values()
-                )
-                if busy_key or (key in self.fenced and builds_running() > 0):
+                if key in self.fenced and self.builds_in_flight > 0:
                     continue
-                measure_queue.remove(entry)
-                ref = self._submit_measure(job, attempt, builds_running())
+                queue.popleft()
+                ref = self._submit_measure(job, attempt, self.builds_in_flight)
                 in_flight[ref] = ("measure", (job, attempt))
-            fence_waiting = any(j.target.board_key in self.fenced for j, _ in measure_queue)
-            while to_build and builds_running() < self.max_builds and not fenced_measuring() and not fence_waiting:
-                build_key = to_build.pop(0)
+                measuring[key] += 1
+            fence_waiting = any(waiting[k] for k in self.fenced if k in waiting)
+            while to_build and self.builds_in_flight < self.max_builds and not fenced_measuring() and not fence_waiting:
+                build_key = to_build.popleft()
                 job = by_build[build_key][0]
+                index = None if build_key in self.no_reuse else self.index
                 ref = self.build_fn.remote(
-                    job, self.model_refs[job.model.sha256], self.fence_host, self._tuning_env(job)
+                    self._entry(job).builder,
+                    job,
+                    self.model_refs[job.model.sha256],
+                    index,
+                    self.fence_host,
+                    self._tuning_env(job),
                 )
                 in_flight[ref] = ("build", build_key)
+                self.builds_in_flight += 1
             if self._cancel_requested():
                 self._cancel(in_flight, outcome)
                 return
             if not in_flight:
                 continue
-            # A bounded wait, so that a cancel request is seen while a long measurement runs.
-            done, _ = ray.wait(list(in_flight), num_returns=1, timeout=CANCEL_POLL_S)
+            # A bounded wait, so that a cancel request is seen while a long measurement runs; then every
+            # other result that is ready too, handled in the same pass.
+            refs = list(in_flight)
+            done, rest = ray.wait(refs, num_returns=1, timeout=CANCEL_POLL_S)
             if not done:
                 self._poll_tuning()
                 continue
-            kind, item = in_flight.pop(done[0])
+            if rest:
+                done += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+            with self.store.batch():  # one commit for everything this pass stores
+                self._handle(done, in_flight, waiting, measuring, to_build, enqueue, followers, leader_runs, outcome)
+        if self.index is not None:
+            ray.kill(self.index)
+
+    def _handle(
+        self,
+        done: list[Any],
+        in_flight: dict[Any, tuple[str, Any]],
+        waiting: dict[str, deque[tuple[Job, int]]],
+        measuring: Counter,
+        to_build: deque[str],
+        enqueue: Callable[[str], None],
+        followers: dict[str, list[Job]],
+        leader_runs: dict[str, Run],
+        outcome: SweepOutcome,
+    ) -> None:
+        """Store what the finished tasks ``done`` produced and queue what follows from it."""
+        by_build = self.by_build
+        for ref in done:
+            kind, item = in_flight.pop(ref)
             if kind == "golden":
-                self._finish_golden(*item, done[0])
+                self.builds_in_flight -= 1
+                self._finish_golden(*item, ref)
             elif kind == "build":
-                self._finish_build(item, by_build[item][0], done[0], outcome)
-                enqueue(item)
+                self.builds_in_flight -= 1
+                for finished in self._finish_build(item, by_build[item][0], ref, outcome, to_build):
+                    enqueue(finished)
             else:
                 job, attempt = item
-                run = self._finish_measure(job, attempt, done[0])
+                measuring[job.target.board_key] -= 1
+                run = self._finish_measure(job, attempt, ref)
                 self._note_board(job, run)
                 if run.status == "infra" and attempt < MAX_ATTEMPTS:
                     self.store.record_run(self.sweep_id, run, final=False)
-                    measure_queue.append((job, attempt + 1))
+                    waiting[job.target.board_key].append((job, self._next_attempt(job.key)))
                     self.progress("retry", dict(self.counts))
                     continue
                 self._store_outcome(job, run, outcome)
@@ -365,6 +432,14 @@ class _Sweep:
         self.counts["trials_budget"] = sum(b for _, b in table.values())
         self.progress("tuning", dict(self.counts))
 
+    def _next_attempt(self, job_key: str) -> int:
+        """The next attempt number of a job (counted here from what the store had when the run began)."""
+        self.attempts[job_key] = self.attempts.get(job_key, 0) + 1
+        return self.attempts[job_key]
+
+    def _entry(self, job: Job) -> Executor:
+        return self.executors[job.executor]
+
     # --- faults -------------------------------------------------------------------------------
 
     def _cancel_requested(self) -> bool:
@@ -386,6 +461,8 @@ class _Sweep:
         from workers.fence import reset_fence
 
         reset_fence(self.fence_host)  # the killed builds and tunings hold it and will never let go
+        if self.index is not None:
+            self.ray.kill(self.index)
         before = self.store.job_statuses(self.sweep_id)
         self.store.cancel_pending_jobs(self.sweep_id, "cancelled by `tvmbench sweep cancel`")
         for status in before.values():
@@ -405,6 +482,7 @@ class _Sweep:
         if run.status in ("infra", "timeout"):
             self.checked_boards.discard(run.board_id)
             self.failed_on[job.key].add(run.board_id)
+            self._quarantined = None  # the store may quarantine the board when it records this attempt
 
     def _golden_key(self, job: Job) -> tuple[tuple[str, str], Job] | None:
         """(goldens key, golden job) of the job's boards, or None when they get no health check."""
@@ -426,7 +504,7 @@ class _Sweep:
         if found is None or found[0] in self.goldens:
             return True
         key, golden = found
-        if any(kind == "golden" and item[0] == key for kind, item in in_flight.values()):
+        if key in self.goldens_building:
             return False
         cached = health.cached_golden(golden, self.cache, self.tvm_version)
         if cached is not None:
@@ -436,11 +514,15 @@ class _Sweep:
             return False  # no build starts while a board on this machine is timed
         if self.golden_model_ref is None:
             self.golden_model_ref = self.ray.put(health.golden_model_data())
-        in_flight[self.build_fn.remote(golden, self.golden_model_ref)] = ("golden", (key, golden))
+        builder = self._entry(golden).builder
+        in_flight[self.build_fn.remote(builder, golden, self.golden_model_ref, None)] = ("golden", (key, golden))
+        self.goldens_building.add(key)
+        self.builds_in_flight += 1
         return False
 
     def _finish_golden(self, key: tuple[str, str], golden: Job, ref: Any) -> None:
         """A golden build ended: keep its artifact, or record that the target gets no health checks."""
+        self.goldens_building.discard(key)
         try:
             build, data = self.ray.get(ref)
         except Exception:
@@ -457,17 +539,64 @@ class _Sweep:
 
     # --- steps --------------------------------------------------------------------------------
 
-    def _finish_build(self, build_key: str, job: Job, ref: Any, outcome: SweepOutcome) -> None:
+    def _finish_build(
+        self, build_key: str, job: Job, ref: Any, outcome: SweepOutcome, to_build: deque[str]
+    ) -> list[str]:
+        """Store a finished build; returns the build keys now ready to measure (it, and builds parked on it).
+
+        A build that skipped codegen (``reused_from``) takes the artifact of the build that compiled its
+        program: now if that one is done, when it finishes otherwise. If that one failed, the builds
+        parked on it are compiled again by themselves.
+        """
         try:
             build, data = self.ray.get(ref)
         except Exception as exc:  # the task itself died (worker crash after retries): a build failure
             build, data = Build(build_key=build_key, status="build", error=f"build task failed: {one_line(exc)}"), None
-        if data is not None:
+        if build.ok and build.reused_from:
+            leader = self.builds.get(build.reused_from)
+            if leader is None:  # still compiling: wait for it
+                self.parked[build.reused_from].append((build_key, build))
+                return []
+            if not leader.ok or build.reused_from not in self.artifacts:
+                self._rebuild(build_key, to_build)
+                return []
+            build = self._adopt(build, leader)
+        elif data is not None:
             self.cache.put(data)
             self.artifacts[build_key] = self.ray.put(data)
+        self._save_build(build_key, job, build, outcome)
+        ready = [build_key]
+        for parked_key, parked in self.parked.pop(build_key, []):
+            if build.ok and build_key in self.artifacts:
+                self._save_build(parked_key, self.by_build[parked_key][0], self._adopt(parked, build), outcome)
+                ready.append(parked_key)
+            else:
+                self._rebuild(parked_key, to_build)
+        return ready
+
+    def _adopt(self, build: Build, leader: Build) -> Build:
+        """``build`` with the artifact of ``leader`` (the identical program), and the codegen passes that made it."""
+        assert build.reused_from is not None
+        self.artifacts[build.build_key] = self.artifacts[build.reused_from]
+        codegen = leader.pass_trace[leader.pipeline_passes :] if leader.pipeline_passes is not None else ()
+        return replace(
+            build,
+            artifact_sha256=leader.artifact_sha256,
+            artifact_size=leader.artifact_size,
+            artifact_arch=leader.artifact_arch,
+            pass_trace=(*build.pass_trace, *codegen),
+        )
+
+    def _rebuild(self, build_key: str, to_build: deque[str]) -> None:
+        """Compile ``build_key`` by itself (the build whose artifact it was to share failed)."""
+        self.no_reuse.add(build_key)
+        to_build.appendleft(build_key)
+
+    def _save_build(self, build_key: str, job: Job, build: Build, outcome: SweepOutcome) -> None:
         self.store.save_build(job, build)
         self.builds[build_key] = build
         outcome.built += 1
+        outcome.codegen_skipped += bool(build.reused_from)
         self.counts["built"] += 1
         self.progress("built", dict(self.counts))
 
@@ -490,6 +619,20 @@ class _Sweep:
             inputs = self._inputs(job)
             self.references[key] = (inputs, reference_outputs(self.model_data[job.model.sha256], inputs))
         return self.references[key]
+
+    def _reference_refs(self, job: Job) -> tuple[Any, Any]:
+        """Object refs of the job's inputs and reference outputs, put once per reference."""
+        key = self._reference_key(job)
+        if key not in self.reference_refs:
+            inputs, reference = self._reference(job)
+            self.reference_refs[key] = (self.ray.put(inputs), self.ray.put(reference))
+        return self.reference_refs[key]
+
+    def _quarantined_boards(self) -> frozenset[str]:
+        """Quarantined board ids, read from the store again only after a board fault was recorded."""
+        if self._quarantined is None:
+            self._quarantined = frozenset(b for b, state in self.store.board_states().items() if state == "quarantined")
+        return self._quarantined
 
     def _with_reference(self, jobs: list[Job], outcome: SweepOutcome) -> list[Job]:
         """The jobs whose reference outputs ONNX Runtime computes; the others end now as one `model` row.
@@ -518,10 +661,10 @@ class _Sweep:
         return ok
 
     def _submit_measure(self, job: Job, attempt: int, builds_running: int) -> Any:
-        inputs, reference = self._reference(job)
+        inputs, reference = self._reference_refs(job)
         build_key = job.build_key(self.tvm_version)
-        quarantined = frozenset(b for b, state in self.store.board_states().items() if state == "quarantined")
         return self.measure_fn.remote(
+            self._entry(job).runner,
             job,
             self.builds[build_key],
             self.artifacts[build_key],
@@ -530,7 +673,7 @@ class _Sweep:
             self.tracker,
             attempt,
             builds_running,
-            avoid=quarantined,
+            avoid=self._quarantined_boards(),
             prefer_not=frozenset(self.failed_on.get(job.key, ())),
             # A key already found with no board does not make every later job wait for one.
             registration_wait_s=0.0 if job.target.board_key in self.unregistered_keys else None,
@@ -553,9 +696,7 @@ class _Sweep:
 
     def _store_equivalent(self, leader: Job, run: Run, job: Job, outcome: SweepOutcome) -> None:
         """Give ``job`` the outcome of ``leader``, which ran the identical program."""
-        copy = replace(
-            run, job_key=job.key, attempt=self.store.next_attempt(self.sweep_id, job.key), equivalent_to=leader.key
-        )
+        copy = replace(run, job_key=job.key, attempt=self._next_attempt(job.key), equivalent_to=leader.key)
         self.store.record_run(self.sweep_id, copy, final=run.status not in PENDING_STATUSES)
         outcome.equivalent += 1
         self._count(outcome, run.status)
@@ -577,6 +718,7 @@ def run_sweep(
     farm_resource: str | None = None,
     health_checks: bool = True,
     reopen_cancelled: bool = False,
+    executors: Mapping[str, Executor] | None = None,
 ) -> SweepOutcome:
     """Run (or resume) a sweep against the farm at ``tracker``; Ray must be initialised.
 
@@ -586,6 +728,7 @@ def run_sweep(
     runs the golden model before its first job and after a failure (orchestrator/health.py).
     ``reopen_cancelled`` runs the jobs a `sweep cancel` ended again (tuned builds continue from the
     records their cancelled tuning stored).
+    ``executors`` replaces the registry's Builders and Runners by executor name (tests, benchmarks).
     """
     jobs = plan_jobs(spec)
     tvm_version = tvm_versions()[0]
@@ -607,7 +750,7 @@ def run_sweep(
     for j in jobs:
         if j not in todo:
             outcome.statuses[statuses[j.key]] += 1
-    sweep = _Sweep(spec, store, tracker, cache, progress, max_builds, farm_resource, health_checks)
+    sweep = _Sweep(spec, store, tracker, cache, progress, max_builds, farm_resource, health_checks, executors)
     try:
         sweep.run(todo, outcome)
     except BaseException:

@@ -432,3 +432,37 @@ def test_sweep_files_that_never_end_or_never_parse(tmp_path: Path, home: Path, t
     onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
     result = invoke("sweep", "plan", str(write_sweep(tmp_path, text)))
     assert result.exit_code == 2 and expected in one_error_line(result), result.output
+
+
+def _stored_sweep(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    store = ResultStore(url)
+    jobs = make_jobs()
+    begin(store, "optsweep0001", jobs)
+    store.record_run("optsweep0001", ok_run(jobs[0]), final=True)
+    store.close()
+    return url
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("results", "best", "--confidence", "2"), "--confidence 2: must be above 0 and below 1"),
+        (("results", "best", "--confidence", "nan"), "--confidence nan: must be above 0"),
+        (("results", "compare", "optsweep0001", "optsweep0001", "--alpha", "5"), "--alpha 5: must be above 0"),
+        (("results", "compare", "optsweep0001", "optsweep0001", "--threshold", "-1"), "--threshold -1: must be at"),
+        (("results", "regressions", "--lookback", "0"), "--lookback 0: must be at least 1"),
+        (("results", "regressions", "--z", "-1"), "--z -1: must be above 0"),
+        (("report", "optsweep0001", "-o", "/"), "-o / is a directory"),
+    ],
+)
+def test_answer_options_out_of_range_are_one_line(tmp_path: Path, args: tuple[str, ...], expected: str) -> None:
+    result = invoke(*args, "--db", _stored_sweep(tmp_path))
+    assert result.exit_code == 2 and expected in one_error_line(result), result.output
+
+
+def test_a_report_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    result = invoke("report", "optsweep0001", "-o", "/dev/full", "--db", _stored_sweep(tmp_path))
+    assert result.exit_code == 1 and "cannot write the report to /dev/full" in one_error_line(result), result.output

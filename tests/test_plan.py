@@ -54,3 +54,20 @@ def test_measure_settings_change_job_key_but_not_build_key(models_dir: Path) -> 
     assert [j.key for j in a] != [j.key for j in b]
     assert [j.build_key("v") for j in a] == [j.build_key("v") for j in b]
     assert a[0].build_key("0.27") != a[0].build_key("0.28")  # a TVM upgrade builds anew
+
+
+def test_job_keys_are_the_canonical_hashes_of_their_configuration(models_dir: Path) -> None:
+    """Keys are computed from cached parts (10,000-job plans): they must stay the documented hashes."""
+    from core.records import canonical_hash
+
+    text = (
+        f"[[models]]\npath = '{models_dir}/tiny_cnn.onnx'\n[[targets]]\npreset = 'host'\n[[targets]]\n"
+        "preset = 'cortex-m4'\n[axes]\nexecutor = ['vm-bytecode', 'aot-c']\nopt_level = [0, 3]\n"
+        "kernels = ['c', 'llvm']\n"
+    )
+    jobs = plan_jobs(parse_spec(text, base=models_dir))
+    assert len(jobs) == 6
+    for job in jobs:
+        assert job.key == canonical_hash({**job.build_config(), "board_key": job.target.board_key,
+                                          "measure": job.measure.identity(), **job.model.input_values()})  # fmt: skip
+        assert job.build_key("0.27") == canonical_hash({**job.build_config(), "tvm": "0.27"})

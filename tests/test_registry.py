@@ -17,7 +17,7 @@ def test_every_executor_has_a_builder_and_a_runner_of_the_protocol_shape() -> No
         entry = registry.get(name)
         assert callable(entry.builder.build) and callable(entry.runner.run), name
         assert list(inspect.signature(entry.runner.run).parameters) == run_params[1:], name
-        assert list(inspect.signature(entry.builder.build).parameters) == ["job", "model_data"], name
+        assert list(inspect.signature(entry.builder.build).parameters) == ["job", "model_data", "claim"], name
     assert Builder is not Runner
 
 
@@ -37,3 +37,32 @@ def test_unknown_executor_names_the_known_ones() -> None:
         assert "tensorrt" in str(exc) and "vm-bytecode" in str(exc)
     else:
         raise AssertionError("an unknown executor must not resolve")
+
+
+def test_claims_give_each_program_one_compiler() -> None:
+    from workers.program_index import Claims
+
+    claims = Claims({"p0": "cached-build"})
+    assert claims.claim("p1", "b1") is None, "the first build of a program compiles it"
+    assert claims.claim("p1", "b2") == "b1" and claims.claim("p1", "b1") is None, "a retried task compiles again"
+    assert claims.claim("p0", "b3") == "cached-build"
+    claims.release("p1", "b1")
+    assert claims.claim("p1", "b2") is None, "after a failed compile, the next claim compiles"
+
+
+def test_onnx_import_is_cached_per_model_and_signature(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import hashlib
+
+    from core.records import Job, ModelRef
+    from workers import model_zoo
+    from workers.build_common import build_identity
+    from workers.executors import relax_vm
+
+    data = model_zoo.tiny_mlp().SerializeToString()
+    ref = ModelRef("tiny_mlp", hashlib.sha256(data).hexdigest(), "x", (("x", (1, 16), "float32"),))
+    job = Job(model=ref, target=PRESETS["host"], executor="vm-bytecode", opt_level=2, pipeline="per-target")
+    first = relax_vm.import_model(job, data, build_identity(job))
+    assert relax_vm.import_model(job, data, build_identity(job)) is first
+    other = ModelRef("tiny_mlp", ref.sha256, "x", (("x", (2, 16), "float32"),))
+    job2 = Job(model=other, target=PRESETS["host"], executor="vm-bytecode", opt_level=2, pipeline="per-target")
+    assert relax_vm.import_model(job2, data, build_identity(job2)) is not first

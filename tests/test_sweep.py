@@ -111,3 +111,31 @@ def test_rerun_compiles_nothing_and_new_label_reuses_builds(outcome_and_store, l
         assert s.scalar(select(func.count()).select_from(m.Job)) == 24
         # one final run per job
         assert s.scalar(select(func.count()).select_from(m.Job).where(m.Job.final_run_id.is_(None))) == 0
+
+
+def test_identical_programs_skip_codegen_and_share_the_artifact(
+    tmp_path: Path, models_dir: Path, ray_local: None, local_farm: LocalFarm
+) -> None:
+    """opt_level 1, 2 and 3 lower tiny_cnn to one program: one of them compiles it, two skip codegen."""
+    text = (
+        f'name = "reuse"\n[[models]]\npath = "{models_dir}/tiny_cnn.onnx"\n[axes]\nexecutor = ["vm-bytecode"]\n'
+        "opt_level = [0, 1, 2, 3]\n[measure]\nnumber = 1\nrepeat = 2\n"
+    )
+    spec = load_spec(write_sweep(tmp_path, text))
+    store = ResultStore(f"sqlite:///{tmp_path / 'r.db'}")
+    cache = ArtifactCache(tmp_path / "artifacts")
+    try:
+        outcome = run_sweep(spec, store, local_farm.tracker, cache, health_checks=False)
+        assert dict(outcome.statuses) == {"ok": 4}, reads.results(store)
+        assert outcome.built == 4 and outcome.codegen_skipped == 2 and outcome.equivalent == 2
+        rows = {r["opt_level"]: reads.job_detail(store, r["job_key"]) for r in reads.results(store, spec.sweep_id)}
+        shared = {rows[o]["build"]["artifact_sha256"] for o in (1, 2, 3)}
+        assert len(shared) == 1 and rows[0]["build"]["artifact_sha256"] not in shared
+        assert cache.get(shared.pop()) is not None
+        # Each trace lists its own pipeline, then the codegen passes that made the shared artifact.
+        traces = [rows[o]["build"]["pass_trace"] for o in (1, 2, 3)]
+        assert traces[0] == traces[1] == traces[2] and "tirx.MakePackedAPI" in traces[0]
+        again = run_sweep(load_spec(write_sweep(tmp_path, text), label="again"), store, local_farm.tracker, cache)
+        assert again.cached == 4 and again.built == 0 and dict(again.statuses) == {"ok": 4}
+    finally:
+        store.close()

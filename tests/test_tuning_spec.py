@@ -75,6 +75,11 @@ def test_untuned_jobs_keep_their_keys_and_tuned_ones_differ(tmp_path: Path) -> N
     assert tuned.build_config()["tuning"]["board_key"] == "host"  # timings on these boards chose it
     other_seed = plan_jobs(_spec(tmp_path, "[axes]\ntuning = [64]\n[tuning]\nseed = 7\n"))[0]
     assert other_seed.build_key("v") != tuned.build_key("v")
+    # The fast keys equal the documented hashes of build_config() (a tuned key must never be an untuned one's).
+    from core.records import canonical_hash
+
+    for job in (tuned, other_seed):
+        assert job.build_key("v") == canonical_hash({**job.build_config(), "tvm": "v"})
 
 
 def test_sweep_id_of_untuned_sweeps_is_unchanged(tmp_path: Path) -> None:

@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import functools
 import socket
+import sys
+from importlib import metadata
 from typing import Any
 
 from core.records import Job
 
 
+@functools.cache
 def tvm_versions() -> tuple[str, str]:
-    """(apache-tvm, apache-tvm-ffi) versions of this process."""
+    """(apache-tvm, apache-tvm-ffi) versions of this process.
+
+    Read from the installed distributions, without importing TVM (4 s on a busy machine, and the
+    driver needs only the version for build keys), unless TVM is imported already or is not an
+    installed distribution (a source build), when its own ``__version__`` says.
+    """
+    if "tvm" not in sys.modules:
+        try:
+            return metadata.version("apache-tvm"), metadata.version("apache-tvm-ffi")
+        except metadata.PackageNotFoundError:
+            pass
     import tvm
     import tvm_ffi
 

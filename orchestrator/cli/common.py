@@ -53,6 +53,14 @@ def fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
+def check_range(option: str, value: float, low: float, high: float | None = None, *, open_low: bool = False) -> None:
+    """Exit 2 naming ``option`` unless low <(=) value <(=) high (``nan`` never passes, unlike click's ranges)."""
+    above = value > low if open_low else value >= low
+    if not (above and (high is None or value < high)):
+        bounds = f"{'above' if open_low else 'at least'} {low:g}" + (f" and below {high:g}" if high is not None else "")
+        fail(f"{option} {value:g}: must be {bounds}", code=2)
+
+
 def note(message: str) -> None:
     """A progress note on stderr (dimmed), for long steps such as provisioning a board."""
     err.print(message, style="dim", highlight=False)

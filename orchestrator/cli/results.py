@@ -12,7 +12,16 @@ from rich.text import Text
 
 from answers import analysis_views, compare, html_report, query, ranking, regressions, report, why
 from answers import tuning as tuning_answers
-from orchestrator.cli.common import DbOpt, JsonOpt, console, fail, failures_as_lines, open_store, print_json
+from orchestrator.cli.common import (
+    DbOpt,
+    JsonOpt,
+    check_range,
+    console,
+    fail,
+    failures_as_lines,
+    open_store,
+    print_json,
+)
 
 app = typer.Typer(no_args_is_help=True, help="Query the results database.")
 
@@ -201,6 +210,7 @@ def results_best(
     """Per (model, board): the fastest configuration whose outputs were correct, its speed-ups and certainty."""
     filters = _filters(sweep, model, target, board, executor, None, pipeline, None, None, None)
     with failures_as_lines():
+        check_range("--confidence", confidence, 0, 1, open_low=True)
         rows = ranking.best(open_store(db, read_only=True), filters, confidence=confidence, metric=metric)
     if as_json:
         print_json(analysis_views.records(rows))
@@ -221,6 +231,8 @@ def results_compare(
 ) -> None:
     """Matched jobs of two sweeps: ratio B/A, its CI, a rank test on the samples; exit 1 on regressions."""
     with failures_as_lines():
+        check_range("--threshold", threshold, 0)
+        check_range("--alpha", alpha, 0, 1, open_low=True)
         result = compare.compare(open_store(db, read_only=True), sweep_a, sweep_b, threshold=threshold, alpha=alpha)
     if as_json:
         print_json(analysis_views.comparison_json(result))
@@ -249,6 +261,9 @@ def results_regressions(
 ) -> None:
     """Results slower than their own history (same model, target, executor, opt_level, pipeline, board key)."""
     filters = _filters(sweep, model, target, board, executor, None, None, None, None, None)
+    check_range("--lookback", lookback, 1)
+    check_range("--z", z, 0, open_low=True)
+    check_range("--threshold", threshold, 0)
     params = regressions.Params(lookback=lookback, z=z, threshold=threshold)
     with failures_as_lines():
         rows = regressions.find(
@@ -288,6 +303,11 @@ def report_cmd(
     db: DbOpt = None,
 ) -> None:
     """One self-contained HTML report of a sweep: latency plots, ranking, regressions, failures."""
-    with failures_as_lines():
-        written = html_report.write_report(open_store(db, read_only=True), sweep, output, png_dir=png)
+    if output.is_dir():
+        fail(f"-o {output} is a directory: give a file path such as {output / 'report.html'}", code=2)
+    try:
+        with failures_as_lines():
+            written = html_report.write_report(open_store(db, read_only=True), sweep, output, png_dir=png)
+    except OSError as exc:  # a full disk, a read-only folder, /dev/full: one line, not a traceback
+        fail(f"cannot write the report to {exc.filename or output}: {exc.strerror or exc}")
     console.print(f"report {written.html} ({written.plots} plot(s))" + (f", PNGs in {png}" if png else ""))

@@ -26,6 +26,7 @@ from workers.aot.runner import pack_inputs
 from workers.board_session import board_facts, check_outputs, ok_run, run_attempt, run_base
 from workers.build_common import build_identity, pass_trace_instrument
 from workers.executors.base import Executor
+from workers.program_index import ClaimFn
 from workers.tracker_client import Session
 
 NAME = "aot-c"
@@ -124,8 +125,8 @@ def decode_outputs(manifest: dict[str, Any], raw: bytes) -> list[np.ndarray]:
 class AotCBuilder:
     """Builder of the aot-c executor: firmware for the target's microcontroller board."""
 
-    def build(self, job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
-        """See ``build_aot_job``."""
+    def build(self, job: Job, model_data: bytes, *, claim: ClaimFn | None = None) -> tuple[Build, bytes | None]:
+        """See ``build_aot_job`` (the program is known only after codegen: ``claim`` is not used)."""
         return build_aot_job(job, model_data)
 
 

@@ -15,12 +15,18 @@ import numpy as np
 from core.health import GoldenModel
 from core.records import Build, Job, Run, TargetSpec
 from workers.aot.boards import is_mcu_target
+from workers.program_index import ClaimFn
 
 
 class Builder(Protocol):
-    """Job + ONNX bytes -> (Build, artifact bytes or None). Never raises for a bad model or a compiler error."""
+    """Job + ONNX bytes -> (Build, artifact bytes or None). Never raises for a bad model or a compiler error.
 
-    def build(self, job: Job, model_data: bytes) -> tuple[Build, bytes | None]: ...
+    With ``claim`` (workers/program_index.py), a Builder that knows its program before codegen asks
+    whether another build compiles it already; if so it returns an ok Build with ``reused_from`` set and
+    no artifact. Builders that cannot tell early ignore it.
+    """
+
+    def build(self, job: Job, model_data: bytes, *, claim: ClaimFn | None = None) -> tuple[Build, bytes | None]: ...
 
 
 class Runner(Protocol):

@@ -22,6 +22,7 @@ from workers.board_session import arch_mismatch, check_outputs, ok_run, run_atte
 from workers.build_common import build_identity
 from workers.executors.base import Executor, not_mcu
 from workers.phases import PhaseLog
+from workers.program_index import ClaimFn
 from workers.sampling import SamplingPlan, sample
 from workers.tracker_client import Session
 
@@ -31,8 +32,8 @@ NAME = "onnxruntime"
 class OnnxRuntimeBuilder:
     """The baseline's "build": the ONNX bytes themselves, identified by their hash."""
 
-    def build(self, job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
-        """An ok Build whose artifact is the model; nothing can fail here (intake checked the model)."""
+    def build(self, job: Job, model_data: bytes, *, claim: ClaimFn | None = None) -> tuple[Build, bytes | None]:
+        """An ok Build whose artifact is the model (intake checked it): nothing can fail, no codegen to skip."""
         sha = hashlib.sha256(model_data).hexdigest()
         return Build(
             status="ok",

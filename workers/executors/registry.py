@@ -7,13 +7,12 @@ asks the entry (``for_job(job).builder`` ...), so this is the one place that kno
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from core.records import Build, Job, Run, TargetSpec
 from workers.executors import aot_c, onnxruntime, relax_vm
 from workers.executors.base import Executor
+from workers.program_index import ClaimFn
 
 _ENTRIES: tuple[Executor, ...] = (
     *relax_vm.EXECUTORS,  # vm-bytecode, vm-compiled
@@ -44,20 +43,12 @@ def accepts(name: str, target: TargetSpec) -> bool:
     return get(name).accepts(target)
 
 
-def build_job(job: Job, model_data: bytes, *, fence: Any = None, tuning_env: Any = None) -> tuple[Build, bytes | None]:
+def build_job(job: Job, model_data: bytes, *, claim: ClaimFn | None = None) -> tuple[Build, bytes | None]:
     """Build one job with its executor's Builder; failures come back as a Build with an error kind.
 
-    ``fence`` (a ``workers.fence.Fence``) is held while compiling, so that no tuning candidate is timed
-    on a board sharing these cores meanwhile. A tuned job (``job.tuning`` > 0) also gets the hold (to let
-    go of while its candidates are timed) and ``tuning_env`` (a ``workers.tuning.stage.TuningEnv``).
+    ``claim``: see ``Builder`` (identical programs skip codegen).
     """
-    from workers.fence import Fence
-
-    with (fence or Fence(None)).building() as hold:
-        entry = for_job(job)
-        if job.tuning and entry.tunable:  # the plan gives a budget only to tunable entries
-            return entry.builder.build_tuned(job, model_data, hold=hold, tuning_env=tuning_env)  # type: ignore[attr-defined]
-        return entry.builder.build(job, model_data)
+    return for_job(job).builder.build(job, model_data, claim=claim)
 
 
 def measure_job(

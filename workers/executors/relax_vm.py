@@ -20,6 +20,7 @@ import shutil
 import socket
 import tempfile
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from workers.build_common import build_identity, make_target, pass_trace_instrum
 from workers.executors.base import Executor, not_mcu
 from workers.memory_plan import memory_plan_probe
 from workers.phases import PhaseLog
+from workers.program_index import ClaimFn, reuse_key
 from workers.reference import compare
 from workers.sampling import SamplingPlan, sample, time_evaluator_timer
 from workers.targets import target_kind
@@ -50,8 +52,29 @@ class BuildFailed(Exception):
         self.build = build
 
 
+# ONNX import is per model, not per configuration: a worker keeps the last few imported modules (Relax
+# passes return new modules and never change their input, so one import serves every configuration).
+IMPORT_CACHE_SIZE = 4
+_imported: OrderedDict[tuple[str, str], Any] = OrderedDict()
+
+
 def import_model(job: Job, model_data: bytes, common: dict[str, Any]) -> Any:
-    """The Relax module of the job's ONNX model (BuildFailed with status "model" when it cannot be imported)."""
+    """The Relax module of the job's ONNX model (BuildFailed with status "model" when it cannot be imported).
+
+    Imported once per worker process for a given model and input signature (keyed by sha256).
+    """
+    key = (hashlib.sha256(model_data).hexdigest(), canonical_hash(job.model.shape_dict))
+    if key in _imported:
+        _imported.move_to_end(key)
+        return _imported[key]
+    mod = _import(job, model_data, common)
+    _imported[key] = mod
+    while len(_imported) > IMPORT_CACHE_SIZE:
+        _imported.popitem(last=False)
+    return mod
+
+
+def _import(job: Job, model_data: bytes, common: dict[str, Any]) -> Any:
     import onnx
     from tvm.relax.frontend.onnx import from_onnx
 
@@ -145,22 +168,42 @@ def _build_error(job: Job, exc: Exception) -> str:
     return one_line(exc)
 
 
-class RelaxVmBuilder:
-    """Builder of the Relax VM executors: import, pipeline, fingerprint, codegen and export."""
+def _ask(claim: ClaimFn | None, key: str, build_key: str) -> str | None:
+    """The build key that compiles this program already, or None (no index, or it did not answer: compile)."""
+    if claim is None:
+        return None
+    try:
+        return claim(key, build_key)
+    except Exception:
+        return None
 
-    def build(self, job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
-        """Compile one job; returns the build record and the exported library's bytes (None on failure)."""
-        return self._build(job, model_data, None, None)
+
+class RelaxVmBuilder:
+    """Builder of the Relax VM executors: import, pipeline, fingerprint, codegen and export.
+
+    A new stage (tuning) goes between ``run_pipeline`` and ``fingerprint``: the fingerprint must see the
+    program that codegen will compile.
+    """
+
+    def build(self, job: Job, model_data: bytes, *, claim: ClaimFn | None = None) -> tuple[Build, bytes | None]:
+        """Compile one job; returns the build record and the exported library's bytes (None on failure).
+
+        With ``claim``, a program that another build compiles already (same fingerprint) skips codegen
+        and export: the Build is ok, has ``reused_from`` and no bytes.
+        """
+        return self._build(job, model_data, claim, None, None)
 
     def build_tuned(
-        self, job: Job, model_data: bytes, *, hold: Any = None, tuning_env: Any = None
+        self, job: Job, model_data: bytes, *, hold: Any = None, tuning_env: Any = None, claim: ClaimFn | None = None
     ) -> tuple[Build, bytes | None]:
         """Compile a tuned job (``job.tuning`` > 0): the tuning stage (workers/tuning/stage.py) replaces
         the pipeline inside the same traced PassContext, tuning on the farm ``tuning_env`` describes;
         ``hold`` (the build's host-fence hold) is let go while its candidates are timed."""
-        return self._build(job, model_data, hold, tuning_env)
+        return self._build(job, model_data, claim, hold, tuning_env)
 
-    def _build(self, job: Job, model_data: bytes, hold: Any, tuning_env: Any) -> tuple[Build, bytes | None]:
+    def _build(
+        self, job: Job, model_data: bytes, claim: ClaimFn | None, hold: Any, tuning_env: Any
+    ) -> tuple[Build, bytes | None]:
         import tvm
 
         common = build_identity(job)
@@ -174,6 +217,7 @@ class RelaxVmBuilder:
         trace = pass_trace_instrument()
         memory = memory_plan_probe()  # the static memory plan, taken after StaticPlanBlockMemory
         started = time.perf_counter()
+        reused_from = None
         tuning: dict[str, Any] | None = None
         try:
             target = make_target(job.target.tvm_target)
@@ -186,7 +230,9 @@ class RelaxVmBuilder:
                     lowered = run_pipeline(job, mod, target)
                 # After tuning: the fingerprint says whether the tuned program differs from the untuned one.
                 program = fingerprint(job, lowered, common["tvm_version"])
-                data = codegen_export(job, lowered, target)
+                pipeline_passes = len(trace.names)
+                reused_from = _ask(claim, reuse_key(program, job), common["build_key"])
+                data = None if reused_from else codegen_export(job, lowered, target)
         except Exception as exc:
             return Build(
                 status="build",
@@ -196,17 +242,25 @@ class RelaxVmBuilder:
                 tuning=getattr(exc, "tuning", tuning),  # a TuningMiss carries what the search found
                 **common,
             ), None
+        facts: dict[str, Any] = (
+            {"reused_from": reused_from}
+            if data is None
+            else {
+                "artifact_sha256": hashlib.sha256(data).hexdigest(),
+                "artifact_size": len(data),
+                "artifact_arch": elf_arch(data),
+            }
+        )
         return Build(
             status="ok",
             fingerprint=program,
             pass_trace=tuple(trace.names),
+            pipeline_passes=pipeline_passes,
             kernel_count=kernel_count(lowered),
             compile_s=time.perf_counter() - started,
-            artifact_sha256=hashlib.sha256(data).hexdigest(),
-            artifact_size=len(data),
-            artifact_arch=elf_arch(data),
-            tuning=tuning,
             memory=_static_memory(memory),
+            tuning=tuning,
+            **facts,
             **common,
         ), data
 
