@@ -1,4 +1,5 @@
-"""One way to turn an exception into the one line a person reads (a row's error, a CLI message)."""
+"""One way to turn an exception into the one line a person reads (a row's error, a CLI message), and one
+way to say what a path is when it is not the file asked for."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ def one_line(exc: BaseException, limit: int = LIMIT) -> str:
 
 
 def describe_missing(path: Path) -> str:
-    """What ``path`` is when it is not a regular file ("is a directory", "does not exist", ...)."""
+    """What ``path`` is when it is not a regular file ("is a directory", "does not exist", ...).
+
+    Only ``stat``: a FIFO or a device is never opened (reading one blocks or never ends)."""
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:

@@ -38,7 +38,8 @@ def _fmt(value: Any, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and value != value):
         return "-"
     if isinstance(value, float):
-        return f"{value:.{digits}g}"
+        # Large values (epoch seconds, byte counts) keep their integer digits; the rest 4 significant ones.
+        return f"{value:.0f}" if abs(value) >= 1e5 else f"{value:.{digits}g}"
     return str(value)
 
 

@@ -115,7 +115,7 @@ def compare(
 
 
 def history(store: ResultStore, key: str, method: str = "zscore") -> dict[str, Any]:
-    """One configuration over time, each point judged by ``method`` (answers.regressions.history)."""
+    """One configuration over time, each point judged by ``method``: `tvmbench results history KEY --json`."""
     return jsonable(regressions.history(store, key, method=method))
 
 

@@ -77,7 +77,6 @@ def sqlite_path(url: str) -> Path | None:
 
 def check_sqlite_path(path: Path) -> None:
     """Fail at once (not after the write retries) when ``path`` cannot be a SQLite database file."""
-
     if path.exists() and not path.is_file():
         raise StoreError(
             f"{path} {describe_missing(path)}: give the path of a database file, e.g. {path / 'results.db'}"
@@ -177,8 +176,9 @@ def upgrade(engine: Engine) -> None:
         command.upgrade(config, "head")
 
 
-def schema_problem(engine: Engine) -> str | None:
-    """None when the database's schema is at the newest migration, else what is wrong and what to run."""
+def schema_problem(engine: Engine, shown: str = "...") -> str | None:
+    """None when the database's schema is at the newest migration, else what is wrong and what to run
+    (``shown``: the database as the command to run names it)."""
     from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
 
@@ -189,7 +189,7 @@ def schema_problem(engine: Engine) -> str | None:
         return None
     if current is None:
         return "it holds no tvmbench schema (an empty or foreign database); run a sweep or `tvmbench db upgrade` first"
-    return f"its schema is at revision {current}, this tvmbench needs {head}: run `tvmbench db upgrade --db ...`"
+    return f"its schema is at revision {current}, this tvmbench needs {head}: run `tvmbench db upgrade --db {shown}`"
 
 
 class ResultStore:
@@ -217,11 +217,11 @@ class ResultStore:
                 raise StoreError(f"no results database at {path}: run a sweep first, or give --db (or TVMBENCH_DB)")
             self.read_only = True
             self.engine = make_engine(self.url, read_only=True)
-            problem = schema_problem(self.engine)
+            shown = make_url(self.url).render_as_string(hide_password=True)
+            problem = schema_problem(self.engine, shown)
             if problem:
                 self.engine.dispose()
-                shown = path or make_url(self.url).render_as_string(hide_password=True)
-                raise StoreError(f"results database {shown}: {problem}")
+                raise StoreError(f"results database {path or shown}: {problem}")
             self._sessions = sessionmaker(self.engine, expire_on_commit=False)
             return
         self.read_only = bool(read_only and path is not None and path.is_file())

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from core.errors import describe_missing
 from core.records import (
     COST_MODELS,
     MODULE_EQUALITIES,
@@ -137,6 +138,16 @@ _MEASURE_KEYS = {
     "max_s",
 }
 _TOLERANCE_KEYS = {"atol", "rtol"}
+# Upper bounds: past them a job runs for days, or a timeout overflows where it reaches C++ as an int.
+_MEASURE_LIMITS: dict[str, float] = {
+    "number": 1_000_000,
+    "repeat": 10_000,
+    "min_repeat_ms": 3_600_000,
+    "cooldown_ms": 3_600_000,
+    "session_timeout_s": 86_400,
+    "device_wait_s": 86_400,
+    "seed": 2**63 - 1,
+}
 
 
 def _unknown(where: str, table: dict[str, Any], allowed: set[str]) -> None:
@@ -332,8 +343,15 @@ def _measure(data: dict[str, Any]) -> MeasureSettings:
             _typed(f"{where}.{f.name}", value, int, "a non-negative integer")
         else:
             _typed(f"{where}.{f.name}", value, (int, float), "a number")
+        if value != value:  # nan: every comparison with it is false, so every output would be "wrong"
+            raise SpecError(f"{where}.{f.name} = nan: give a number")
         if value < 0 or (f.name in _POSITIVE_KEYS and value == 0):
             raise SpecError(f"{where}.{f.name} = {value}: must be {'positive' if value == 0 else 'non-negative'}")
+        if f.name in _MEASURE_LIMITS and not value <= _MEASURE_LIMITS[f.name]:
+            raise SpecError(
+                f"{where}.{f.name} = {value}: at most {_MEASURE_LIMITS[f.name]:g} (a sweep that never ends "
+                "helps nobody; cancel and resume work in steps)"
+            )
         values[f.name] = value if integer else float(value)
     _check_sampling(measure, values)
     return MeasureSettings(**values)
@@ -427,6 +445,8 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{source_path}: not valid TOML ({exc}); fix the syntax at that line") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise SpecError(f"{source_path}: arrays or tables nested too deeply to read; flatten them") from None
     _unknown("sweep file", data, _TOP_KEYS)
     _no_control_characters("", data)
     name = _typed("name", data.get("name", Path(source_path).stem), str, "a string")
@@ -560,7 +580,8 @@ def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:
     """Read and validate a sweep file; ``label`` (if given) overrides the file's, making a new sweep."""
     path = Path(path)
     if not path.is_file():
-        raise SpecError(f"{path}: no such sweep file; give the path to a .toml file")
+        what = "no such sweep file" if not path.exists() and not path.is_symlink() else describe_missing(path)
+        raise SpecError(f"{path}: {what}; give the path to a .toml file")
     try:
         text = path.read_text()
     except UnicodeDecodeError:

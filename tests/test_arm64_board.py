@@ -70,6 +70,9 @@ board_key = "arm64-emu"
 [measure]
 number = 2
 repeat = 2
+# qemu is 10-20x slower, and this machine is shared: after the golden model's session the emulated board
+# took over a minute to be offered again at load 20+ (seen: device-unavailable at the 60 s default).
+device_wait_s = 300
 """
 
 

@@ -290,10 +290,20 @@ def test_sweep_page_plots_render_in_chromium(
     assert plots and all(w > 100 and h > 100 for _, w, h in plots), sizes
     assert browser.evaluate("document.querySelector('h1').textContent").startswith(f"Sweep {HOSTILE}")
     assert browser.dialogs() == []
-    shot = browser.screenshot(tmp_path / "sweep.png")
-    if os.environ.get("TVMBENCH_SCREENSHOTS"):  # to look at it: TVMBENCH_SCREENSHOTS=/some/dir
-        shutil.copy(shot, Path(os.environ["TVMBENCH_SCREENSHOTS"]) / "sweep.png")
-    assert shot.stat().st_size > 10_000
+    shots = [browser.screenshot(tmp_path / "sweep.png")]
+    # The job the ranking picked: its samples histogram renders too.
+    browser.evaluate("document.querySelector('#ranking a').click()")
+    browser.wait_for("location.pathname.startsWith('/job/') && document.readyState === 'complete'")
+    histogram = browser.wait_for(
+        "(function () { var i = document.getElementById('samples-plot');"
+        " return i && i.complete && [i.naturalWidth, i.naturalHeight]; })()"
+    )
+    assert histogram[0] > 100 and histogram[1] > 100, histogram
+    shots.append(browser.screenshot(tmp_path / "job.png"))
+    for shot in shots:
+        assert shot.stat().st_size > 10_000
+        if os.environ.get("TVMBENCH_SCREENSHOTS"):  # to look at them: TVMBENCH_SCREENSHOTS=/some/dir
+            shutil.copy(shot, Path(os.environ["TVMBENCH_SCREENSHOTS"]) / shot.name)
 
 
 @needs_chromium
@@ -319,6 +329,7 @@ def test_history_and_compare_across_two_runs(server: str, filled: dict[str, Any]
     first, second = filled["sweep_id"], live["sweep_id"]
     key = get_json(f"{server}/api/sweep/{first}")["results"][0]["job_key"]
     history = get_json(f"{server}/api/history/{key[:16]}?method=mad")
+    assert history == cli_json("results", "history", key[:16], "--method", "mad", "--db", filled["url"])
     assert history["job_key"] == key and history["method"] == "mad"
     assert [p["sweep_id"] for p in history["points"]][-2:] == [first, second]
     assert all(p["median"] > 0 and p["regressed"] is False for p in history["points"])  # 2 points: no baseline yet

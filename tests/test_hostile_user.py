@@ -413,3 +413,22 @@ def test_board_counts_are_bounded(tmp_path: Path, home: Path) -> None:
         result = invoke(*args)
         assert result.exit_code == 2 and "--boards" in result.output, (args, result.output)
     assert not (home / "farm.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("x = " + "[" * 3000 + "]" * 3000, "nested too deeply"),
+        (
+            '[[models]]\npath = "m.onnx"\n[measure]\nnumber = 99999999999999\n',
+            "measure.number = 99999999999999: at most",
+        ),
+        ('[[models]]\npath = "m.onnx"\n[measure]\nsession_timeout_s = 1e308\n', "session_timeout_s = 1e+308: at most"),
+        ('[[models]]\npath = "m.onnx"\n[measure]\ndevice_wait_s = inf\n', "device_wait_s = inf: at most"),
+        ('[[models]]\npath = "m.onnx"\n[tolerance]\natol = nan\n', "tolerance.atol = nan: give a number"),
+    ],
+)
+def test_sweep_files_that_never_end_or_never_parse(tmp_path: Path, home: Path, text: str, expected: str) -> None:
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    result = invoke("sweep", "plan", str(write_sweep(tmp_path, text)))
+    assert result.exit_code == 2 and expected in one_error_line(result), result.output

@@ -260,6 +260,27 @@ def results_regressions(
     analysis_views.print_regressions(console, rows, method)
 
 
+@app.command("history")
+def results_history(
+    job: Annotated[str, typer.Argument(help="Job key (or a unique prefix): one configuration.")],
+    method: Annotated[str, typer.Option(help="zscore (conbench's lookback z-score) or mad (robust).")] = "zscore",
+    lookback: Annotated[int, typer.Option(help="Earlier results forming each point's baseline.")] = 20,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """One configuration over time: every result, oldest first, each judged against the ones before it."""
+    with failures_as_lines():
+        data = regressions.history(
+            open_store(db, read_only=True), job, method=method, params=regressions.Params(lookback=lookback)
+        )
+    if as_json:
+        print_json(data)
+        return
+    cols = ["sweep_id", "sweep_label", "sweep_created_at", "status", "median", "unit", "baseline", "score", "regressed"]
+    title = f"{data['model']} {data['executor']} O{data['opt_level']} {data['pipeline']} on {data['board_key']}"
+    analysis_views.table_rows(console, data["points"], f"history of {data['job_key'][:12]}: {title}", cols)
+
+
 def report_cmd(
     sweep: Annotated[str, typer.Argument(help="Sweep id, id prefix or label.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="HTML file to write.")] = Path("report.html"),
