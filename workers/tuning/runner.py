@@ -61,16 +61,6 @@ class _Future(PyRunnerFuture):
         return RunnerResult(run_secs, error)
 
 
-def classify(exc: BaseException) -> str:
-    """The failed-trial kind of an exception raised while a candidate ran on a board."""
-    text = str(exc)
-    if "RPCSessionTimeoutError" in text or "session has expired" in text or isinstance(exc, TimeoutError):
-        return "timeout"
-    if "cannot open shared object" in text or "wrong ELF class" in text:
-        return "build"
-    return "infra"
-
-
 @derived_object
 class FarmRunner(PyRunner):
     """Times candidates on the farm's boards; see the module docstring."""
@@ -125,6 +115,7 @@ class FarmRunner(PyRunner):
         self, artifact_path: str, device_type: str, args_info: list[Any]
     ) -> tuple[list[float] | None, str | None]:
         from core.errors import one_line
+        from workers.board_session import classify
         from workers.fence import Fence
         from workers.tracker_client import DeviceUnavailable, NoBoardRegistered, request_session
 
@@ -168,7 +159,8 @@ class FarmRunner(PyRunner):
                     self.stats.add_time("run_s", time.perf_counter() - started)
         except Exception as exc:
             self._note(board_id, ok=False)
-            return self._failed(classify(exc), f"{board_id}: {one_line(exc)}")
+            kind = "timeout" if isinstance(exc, TimeoutError) else classify(exc)
+            return self._failed(kind, f"{board_id}: {one_line(exc)}")
         finally:
             del session
             gc.collect()  # the session closes (and the board frees) when its last handle goes
