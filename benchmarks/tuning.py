@@ -88,8 +88,11 @@ def figures(db: str, sweep_id: str) -> list[dict[str, Any]]:
     ort = {r["model"]: r["median_ms"] for r in rows if r["executor"] == "onnxruntime" and r["status"] == "ok"}
     out = []
     for r in rows:
-        build = (query.job_detail(store, r["job_key"], sweep_id) or {}).get("build") or {}
+        detail = query.job_detail(store, r["job_key"], sweep_id) or {}
+        build = detail.get("build") or {}
         tuning = build.get("tuning") or {}
+        # The job's budget from its configuration: a job still pending has no build to say it.
+        budget = ((detail.get("config") or {}).get("tuning") or {}).get("budget") or 0
         ci = median_ci(r["samples"]) if r["samples"] else None
         tuning_s = tuning.get("tuning_s")
         trials = tuning.get("trials_run")
@@ -101,7 +104,7 @@ def figures(db: str, sweep_id: str) -> list[dict[str, Any]]:
             {
                 "model": r["model"],
                 "executor": r["executor"],
-                "budget": r.get("tuning_budget") or 0,
+                "budget": budget,
                 "status": r["status"],
                 "median_ms": r["median_ms"],
                 "ci": None if ci is None else (ci.lo, ci.hi),

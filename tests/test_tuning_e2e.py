@@ -5,6 +5,8 @@ small budgets), each build from an empty artifact cache so the tuning stage real
   1. the same sweep run again spends 0 trials: every trial is covered by stored records;
   2. a larger budget continues from the stored records and only runs the difference;
   3. another model with the same workloads (same shapes, other weights) reuses them.
+Each sweep has its own label: the same file without one is the same sweep, whose finished job would
+simply be skipped.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from orchestrator.spec import load_spec
 from tests.conftest import write_sweep
 from workers import model_zoo
 from workers.artifacts import ArtifactCache
+
+# Real tuning: about 10 minutes on a 2-core machine at load ~25 (a few on a quiet one), most of it the
+# first search and the larger budget's.
+pytestmark = pytest.mark.slow
 
 BUDGET = 8
 SWEEP = """
