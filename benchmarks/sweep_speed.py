@@ -23,6 +23,7 @@ Figures depend on the machine and its load: the load average is printed with the
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import os
@@ -122,7 +123,9 @@ def seed_loop(configs: list[SeedConfig], tracker: str, workdir: Path) -> SeedFig
         ]
         vm.time_evaluator("main", dev, number=NUMBER, repeat=REPEAT)(*args)
         figures.measure_s.setdefault(program, time.perf_counter() - t0)
-        del vm, remote, session
+        # The board is busy until its session's last handle is freed; handles sit in reference cycles.
+        del vm, remote, session, args, dev
+        gc.collect()
     figures.wall_s = time.perf_counter() - started
     return figures
 

@@ -41,6 +41,7 @@ from answers import query as reads
 from db import models as m
 from db.store import ResultStore
 from orchestrator.farm import LocalFarm, free_port, wait_until
+from orchestrator.scheduler import measure_on_node
 from tests.conftest import write_sweep
 from workers import model_zoo
 
@@ -264,7 +265,7 @@ repeat = 2
     names = {node_name(n) for n in build_nodes}
     assert names == {"node_a", "node_b"}, f"builds ran on {names} only: {hosts}"
     # --farm-resource node_a: every measurement ran on node_a (task records from Ray's state API).
-    measured_on = {node_name(t["node_id"]) for t in ray_cluster.finished_tasks("measure_job")}
+    measured_on = {node_name(t["node_id"]) for t in ray_cluster.finished_tasks(measure_on_node.__name__)}
     assert measured_on == {"node_a"}, f"measurements ran on {measured_on}"
 
     final = _cli(["sweep", "status", sweep_id, *ray_opts, "--json"], client_env)
