@@ -20,6 +20,7 @@ from db import models as m
 
 if TYPE_CHECKING:
     import pandas as pd
+    from sqlalchemy.orm import Session
 
     from db.store import ResultStore
 
@@ -174,6 +175,11 @@ def sweeps_overview(
         statuses: dict[str, dict[str, int]] = {}
         for sid, status, n in counted:
             statuses.setdefault(sid, {})[status] = int(n)
+        # Live trial counts only where they move (running sweeps) or were asked for (one sweep): on a big
+        # database, reading every job's config for the whole list would make the sweeps page slow.
+        tuning = _tuning_progress(
+            s, [sw.id for sw in sweeps if sw.status in ACTIVE_SWEEP_STATUSES or sw.id == sweep_id]
+        )
     rows = []
     for sw in sweeps:
         counts = statuses.get(sw.id, {})
@@ -196,7 +202,51 @@ def sweeps_overview(
                 "source": sw.source_path,
             }
         )
+        if sw.id in tuning:
+            rows[-1]["tuning_trials"], rows[-1]["tuning_budget"] = tuning[sw.id]
     return rows
+
+
+def _tuning_progress(s: Session, sweep_ids: list[str]) -> dict[str, tuple[int, int]]:
+    """(trials done, trial budget) per sweep with tuned jobs, over its distinct tuned builds.
+
+    A finished build counts the trials it ran plus those stored records covered; a build still tuning
+    counts the records it has committed so far (they carry the source "build <build key[:16]>").
+    """
+    if not sweep_ids:
+        return {}
+    budget = m.Job.config["tuning"]["budget"].as_integer()
+    tuned = s.execute(
+        select(m.Job.sweep_id, m.Job.build_key, budget)
+        .where(m.Job.sweep_id.in_(sweep_ids), budget.is_not(None))
+        .distinct()
+    ).all()
+    if not tuned:
+        return {}
+    keys = sorted({bk for _, bk, _ in tuned})
+    finished = {
+        bk: int(run or 0) + int(covered or 0)
+        for bk, run, covered in s.execute(
+            select(m.Build.build_key, m.Build.tuning_trials, m.Build.tuning["trials_from_records"].as_integer()).where(
+                m.Build.build_key.in_(keys), m.Build.tuning_budget.is_not(None)
+            )
+        )
+    }
+    sources = {f"build {bk[:16]}": bk for bk in keys if bk not in finished}
+    live = {
+        sources[src]: int(n)
+        for src, n in s.execute(
+            select(m.TuningRecord.source, func.count())
+            .where(m.TuningRecord.source.in_(list(sources)))
+            .group_by(m.TuningRecord.source)
+        )
+    }
+    progress: dict[str, tuple[int, int]] = {}
+    for sid, bk, total in tuned:
+        done = min(int(total), finished.get(bk, live.get(bk, 0)))
+        trials, budget_sum = progress.get(sid, (0, 0))
+        progress[sid] = (trials + done, budget_sum + int(total))
+    return progress
 
 
 def base_select(columns: Sequence[str] = COLUMNS, *, with_samples: bool = False) -> Select:

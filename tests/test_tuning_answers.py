@@ -141,3 +141,43 @@ def test_build_tuning_round_trips_through_the_store(db_url: str) -> None:
     (row,) = query.results(store, "s1")
     assert (row["tuning_budget"], row["tuning_s"]) == (None, None)
     store.close()
+
+
+def test_sweeps_overview_counts_tuning_trials_of_a_running_sweep(store: ResultStore) -> None:
+    """The live progress (results sweeps, the dashboard) counts finished builds' trials and a running build's
+    committed records, each capped by its budget; untuned sweeps carry no tuning keys."""
+    from datetime import UTC, datetime
+
+    from sqlalchemy import select
+
+    from db import models as m
+
+    finished = Result(model="a", samples=noisy(2.0), tuning=tuning(24, 60.0, 50.0))  # 16 run + 8 from records
+    running = Result(model="b", samples=noisy(3.0))  # its build row has no tuning yet: still tuning
+    add_sweep(store, "tuned", [finished, running])
+    add_sweep(store, "plain", [Result(model="c", samples=noisy(1.0))])
+    with store._sessions.begin() as s:
+        for sweep_id in ("tuned", "plain"):
+            s.get(m.Sweep, sweep_id).status = "running"
+        running_build = None
+        for job in s.scalars(select(m.Job).where(m.Job.sweep_id == "tuned")):
+            job.config = {**job.config, "tuning": {"budget": 24 if job.model_name == "a" else 32}}
+            if job.model_name == "b":
+                running_build = job.build_key
+        workload = m.TuningWorkload(
+            workload_hash="1", module_equality="structural", target_key="t", target={}, board_key="host",
+            tvm_version="0.27.0", mod_b64="", created_at=datetime.now(UTC),
+        )  # fmt: skip
+        s.add(workload)
+        s.flush()
+        for i in range(3):
+            s.add(
+                m.TuningRecord(
+                    workload_id=workload.id, record_hash=str(i), trace=[], mean_run_s=1e-3, valid=True,
+                    source=f"build {running_build[:16]}", created_at=datetime.now(UTC),
+                )
+            )  # fmt: skip
+    rows = {r["sweep_id"]: r for r in query.sweeps_overview(store)}
+    assert (rows["tuned"]["tuning_trials"], rows["tuned"]["tuning_budget"]) == (24 + 3, 24 + 32)
+    assert "tuning_budget" not in rows["plain"]
+    assert query.sweeps_overview(store, "tuned")[0]["tuning_trials"] == 27
