@@ -139,7 +139,8 @@ def print_compare(console: Console, result: Comparison, show_all: bool) -> None:
         for r in rows:
             style = _VERDICT_STYLE.get(r["verdict"], "")
             a, b = (
-                Text.assemble(fmt(r[f"median_{x}"]), _flag(r.get(f"warnings_{x}"))) if r[f"status_{x}"] == "ok"
+                Text.assemble(fmt(r[f"median_{x}"]), _flag(r.get(f"warnings_{x}")))
+                if r[f"status_{x}"] == "ok"
                 else r[f"status_{x}"]
                 for x in ("a", "b")
             )

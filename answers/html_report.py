@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from answers import query as q
 from answers import ranking, regressions
+from answers import tuning as tuning_answers
 from answers.stats import median_ci
 
 if TYPE_CHECKING:
@@ -103,6 +104,39 @@ def latency_figure(group: pd.DataFrame, model: str, board_key: str, unit: str, e
     return fig
 
 
+def trials_figure(
+    group: pd.DataFrame, model: str, board_key: str, unit: str, emulated: bool, onnxruntime: float | None
+) -> Figure:
+    """Latency against MetaSchedule trials: one line per configuration, 0 trials = untuned, ORT dashed."""
+    from matplotlib.figure import Figure
+
+    from answers.tuning import is_tuned
+
+    fig = Figure(figsize=(6.5, 4.2))
+    ax = fig.add_subplot()
+    work = group.assign(_trials=[int(b) if is_tuned(b) else 0 for b in group["tuning_budget"]])
+    for (executor, opt, pipe), line in work.groupby(["executor", "opt_level", "pipeline"], sort=True):
+        line = line.sort_values("_trials")
+        xs, meds, lo_err, hi_err = [], [], [], []
+        for row in line.to_dict("records"):
+            ci = median_ci(row["samples"])
+            med = float(row["median"])
+            xs.append(row["_trials"])
+            meds.append(med)
+            lo_err.append(max(0.0, med - ci.lo) if ci.lo == ci.lo else 0.0)
+            hi_err.append(max(0.0, ci.hi - med) if ci.hi == ci.hi else 0.0)
+        ax.errorbar(xs, meds, yerr=[lo_err, hi_err], marker="o", capsize=4, label=f"{executor} O{opt} {pipe}")
+    if onnxruntime is not None:
+        ax.axhline(onnxruntime, linestyle="--", color="#555", label="onnxruntime")
+    ax.set_xlabel("MetaSchedule trials (the tuning budget; 0 = untuned)\n(points: median; whiskers: 95% bootstrap CI)")
+    ax.set_ylabel(f"median latency ({unit})" + (" — emulated" if emulated else ""))
+    ax.set_title(f"{model} on {board_key}: latency against tuning trials")
+    ax.set_yscale("log")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+    return fig
+
+
 def failures_figure(statuses: Counter) -> Figure:
     """Horizontal bars: jobs per failure kind."""
     from matplotlib.figure import Figure
@@ -172,6 +206,16 @@ def plot_specs(df: pd.DataFrame) -> list[PlotSpec]:
         caption = f"Latency of {model} on {board_key} ({unit}{', emulated' if emulated else ''})"
         stem = _slug("latency", model, board_key, unit, "emu" if emulated else "hw")
         specs.append(PlotSpec(stem, caption, partial(latency_figure, group, model, board_key, unit, bool(emulated))))
+    for (model, board_key, unit, emulated), group in ok.groupby(ranking.RANK_KEYS, sort=True):
+        contenders = group[group["executor"] != ranking.BASELINE_EXECUTOR]
+        if not any(tuning_answers.is_tuned(b) for b in contenders["tuning_budget"]):
+            continue
+        ort_rows = group[group["executor"] == ranking.BASELINE_EXECUTOR]["median"]
+        ort = float(ort_rows.min()) if len(ort_rows) else None
+        caption = f"Latency of {model} on {board_key} against MetaSchedule trials ({unit})"
+        stem = _slug("trials", model, board_key, unit, "emu" if emulated else "hw")
+        draw = partial(trials_figure, contenders, model, board_key, unit, bool(emulated), ort)
+        specs.append(PlotSpec(stem, caption, draw))
     failed = Counter(s for s in df["status"] if s not in NOT_FAILED)
     if failed:
         specs.append(PlotSpec("failures", "Failed jobs by kind", partial(failures_figure, failed)))
@@ -252,6 +296,25 @@ def write_report(store: ResultStore, sweep_ref: str, out: Path, *, png_dir: Path
         ],
         lambda r: "uncertain" if r["uncertain"] else "",
     )
+    tuned_rows = [
+        {"model": r["model"], "board_key": r["board_key"], **e} for r in ranked for e in r.get("tuning") or []
+    ]
+    tuning_html = _table(
+        tuned_rows,
+        [
+            ("model", "model"),
+            ("board_key", "board"),
+            ("config", "configuration"),
+            ("tuning_budget", "budget"),
+            ("tuning_trials", "trials run"),
+            ("median", "median"),
+            ("speedup_vs_onnxruntime", "× vs onnxruntime"),
+            ("untuned_median", "untuned median"),
+            ("speedup_vs_untuned", "× vs untuned"),
+            ("tuning_minutes", "tuning min"),
+            ("tuning_min_per_speedup", "min per × gained"),
+        ],
+    )
     regressions_html = _table(
         slow,
         [
@@ -297,6 +360,10 @@ TVM {html.escape(sweep.tvm_version)} · host {html.escape(sweep.host)} · {len(d
 <p class="muted">Fastest correct configuration per model and board, medians with 95% bootstrap confidence intervals;
 "uncertain" when the intervals of the top two overlap.</p>
 {ranking_html}
+<h2>Tuning</h2>
+<p class="muted">MetaSchedule-tuned builds beside the same configuration untuned (budget 0): speed-ups, and the tuning
+minutes per unit of speed-up gained. `tvmbench results show JOB` lists each tuned job's tasks.</p>
+{tuning_html}
 <h2>Regressions against history</h2>
 <p class="muted">Results of this sweep slower than earlier results of the same configuration beyond noise
 (lookback z-score).</p>

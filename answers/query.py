@@ -20,6 +20,7 @@ from db import models as m
 
 if TYPE_CHECKING:
     import pandas as pd
+    from sqlalchemy.orm import Session
 
     from db.store import ResultStore
 
@@ -73,6 +74,10 @@ _COLUMNS: dict[str, Any] = {
     "static_mem_mb": m.Build.ram_bytes / float(MB),
     "warnings": m.Run.warnings,
     "fingerprint": m.Build.fingerprint,
+    # MetaSchedule tuning (NULL when untuned): the budget, trials run, seconds spent tuning
+    "tuning_budget": m.Build.tuning_budget,
+    "tuning_trials": m.Build.tuning_trials,
+    "tuning_s": m.Build.tuning_s,
     "equivalent_to": m.Job.equivalent_to,
     "tvm_version": m.Sweep.tvm_version,
     "host": m.Sweep.host,
@@ -95,6 +100,7 @@ DIMENSIONS: tuple[str, ...] = (
     "unit",
     "emulated",
     "tvm_version",
+    "tuning_budget",
 )
 
 
@@ -169,6 +175,11 @@ def sweeps_overview(
         statuses: dict[str, dict[str, int]] = {}
         for sid, status, n in counted:
             statuses.setdefault(sid, {})[status] = int(n)
+        # Live trial counts only where they move (running sweeps) or were asked for (one sweep): on a big
+        # database, reading every job's config for the whole list would make the sweeps page slow.
+        tuning = _tuning_progress(
+            s, [sw.id for sw in sweeps if sw.status in ACTIVE_SWEEP_STATUSES or sw.id == sweep_id]
+        )
     rows = []
     for sw in sweeps:
         counts = statuses.get(sw.id, {})
@@ -191,7 +202,51 @@ def sweeps_overview(
                 "source": sw.source_path,
             }
         )
+        if sw.id in tuning:
+            rows[-1]["tuning_trials"], rows[-1]["tuning_budget"] = tuning[sw.id]
     return rows
+
+
+def _tuning_progress(s: Session, sweep_ids: list[str]) -> dict[str, tuple[int, int]]:
+    """(trials done, trial budget) per sweep with tuned jobs, over its distinct tuned builds.
+
+    A finished build counts the trials it ran plus those stored records covered; a build still tuning
+    counts the records it has committed so far (they carry the source "build <build key[:16]>").
+    """
+    if not sweep_ids:
+        return {}
+    budget = m.Job.config["tuning"]["budget"].as_integer()
+    tuned = s.execute(
+        select(m.Job.sweep_id, m.Job.build_key, budget)
+        .where(m.Job.sweep_id.in_(sweep_ids), budget.is_not(None))
+        .distinct()
+    ).all()
+    if not tuned:
+        return {}
+    keys = sorted({bk for _, bk, _ in tuned})
+    finished = {
+        bk: int(run or 0) + int(covered or 0)
+        for bk, run, covered in s.execute(
+            select(m.Build.build_key, m.Build.tuning_trials, m.Build.tuning["trials_from_records"].as_integer()).where(
+                m.Build.build_key.in_(keys), m.Build.tuning_budget.is_not(None)
+            )
+        )
+    }
+    sources = {f"build {bk[:16]}": bk for bk in keys if bk not in finished}
+    live = {
+        sources[src]: int(n)
+        for src, n in s.execute(
+            select(m.TuningRecord.source, func.count())
+            .where(m.TuningRecord.source.in_(list(sources)))
+            .group_by(m.TuningRecord.source)
+        )
+    }
+    progress: dict[str, tuple[int, int]] = {}
+    for sid, bk, total in tuned:
+        done = min(int(total), finished.get(bk, live.get(bk, 0)))
+        trials, budget_sum = progress.get(sid, (0, 0))
+        progress[sid] = (trials + done, budget_sum + int(total))
+    return progress
 
 
 def base_select(columns: Sequence[str] = COLUMNS, *, with_samples: bool = False) -> Select:
@@ -392,6 +447,7 @@ def job_detail(store: ResultStore, job_ref: str, sweep_id: str | None = None) ->
                 "ram_bytes": build.ram_bytes,
                 "params_bytes": build.params_bytes,
                 "planned_bytes": build.planned_bytes,
+                "tuning": build.tuning,
             }
         )
         detail["runs"] = [
@@ -492,6 +548,9 @@ def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None) -> dict[st
         "equivalent_to": job.equivalent_to,
         "fingerprint": build.fingerprint if build else None,
         "compile_s": build.compile_s if build else None,
+        "tuning_budget": build.tuning_budget if build else None,
+        "tuning_trials": build.tuning_trials if build else None,
+        "tuning_s": build.tuning_s if build else None,
         "kernel_count": build.kernel_count if build else None,
         "pass_count": build.pass_count if build else None,
         "error": job.error,

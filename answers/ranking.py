@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select
 
 from answers import query as q
+from answers import tuning as tuning_answers
 from answers.stats import DEFAULT_SEED, median_ci
 from db import models as m
 
@@ -29,8 +30,10 @@ RANK_KEYS = ["model", "board_key", "unit", "emulated"]
 
 
 def config_name(row: Any) -> str:
-    """A configuration as people say it: "vm-compiled O2 per-target on host"."""
-    return f"{row['executor']} O{row['opt_level']} {row['pipeline']} ({row['target']})"
+    """A configuration as people say it: "vm-compiled O2 per-target (host)", "... tuned 64 (host)"."""
+    budget = row.get("tuning_budget") if hasattr(row, "get") else None
+    tuned = f" tuned {int(budget)}" if tuning_answers.is_tuned(budget) else ""
+    return f"{row['executor']} O{row['opt_level']} {row['pipeline']}{tuned} ({row['target']})"
 
 
 def latest_sweeps(store: ResultStore, filters: q.Filters) -> dict[tuple[str, str], str]:
@@ -75,6 +78,9 @@ _CANDIDATE_COLUMNS = [
     "peak_mem_mb",
     "warnings",
     "equivalent_to",
+    "tuning_budget",
+    "tuning_trials",
+    "tuning_s",
 ]
 METRICS = {"steady": "median", "first": "first_ms"}
 
@@ -139,6 +145,8 @@ def rank(
     is_baseline = df["executor"] == BASELINE_EXECUTOR
     baseline = df[is_baseline].groupby(RANK_KEYS)["median"].min().to_dict()
     contenders = df[~is_baseline]
+    # Side by side, tuned jobs count even when their program equals another's (records that did not apply).
+    every_config = contenders.groupby(RANK_KEYS, sort=True)
     # A job that reused another's identical program carries the same numbers: rank the program once.
     measured = set(zip(contenders["sweep_id"], contenders["job_key"], strict=True))
     dup = [(s, e) in measured for s, e in zip(contenders["sweep_id"], contenders["equivalent_to"], strict=True)]
@@ -198,6 +206,8 @@ def rank(
         if ort is not None and ort < row["best_median"]:
             verdict += f"; the onnxruntime baseline is faster still ({ort:.4g} vs {row['best_median']:.4g} {unit})"
         row["verdict"] = verdict
+        # Tuned and untuned side by side, with what the tuning cost (empty when nothing was tuned).
+        row["tuning"] = tuning_answers.side_by_side(every_config.get_group(key), ort, config_name)
         out.append(row)
     return out
 

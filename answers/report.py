@@ -32,8 +32,10 @@ def simple_table(console: Console, rows: list[dict[str, Any]], title: str) -> No
 
 
 def plan_table(console: Console, sweep_id: str, rows: list[dict[str, Any]]) -> None:
+    tuned = any(r.get("tuning") for r in rows)
     table = Table(title=f"sweep {sweep_id}: {len(rows)} jobs")
-    for column in ("job", "model", "target", "board key", "executor", "opt", "pipeline", "artifact", "status"):
+    columns = ["job", "model", "target", "board key", "executor", "opt", "pipeline"]
+    for column in (*columns, *(["tuning"] if tuned else []), "artifact", "status"):
         table.add_column(column)
     for r in rows:
         table.add_row(
@@ -44,19 +46,58 @@ def plan_table(console: Console, sweep_id: str, rows: list[dict[str, Any]]) -> N
             r["executor"] + (f" ({r['kernels_path']})" if r.get("kernels_path") else ""),
             str(r["opt_level"]),
             r["pipeline"],
+            *([f"{r['tuning']} trials" if r.get("tuning") else "untuned"] if tuned else []),
             "cached" if r["built"] else "to build",
             r["status"],
         )
     console.print(table)
+    for r in rows:
+        if r.get("tuning_plan"):
+            tuning_plan_table(console, r)
     to_build = len(
         {
-            (r["model"], r["target"], r["executor"], r.get("kernels_path"), r["opt_level"], r["pipeline"])
+            (
+                r["model"],
+                r["target"],
+                r["executor"],
+                r.get("kernels_path"),
+                r["opt_level"],
+                r["pipeline"],
+                r.get("tuning"),
+            )
             for r in rows
             if not r["built"]
         }
     )
     to_run = sum(1 for r in rows if r["status"] in ("new", "pending", "pending-device"))
     console.print(f"{to_build} program(s) to build, {to_run} job(s) to run, {len(rows) - to_run} already final")
+
+
+def tuning_plan_table(console: Console, row: dict[str, Any]) -> None:
+    """The tasks one tuned job will tune: trials each, and how many stored records already cover."""
+    plan = row["tuning_plan"]
+    head = f"job {row['job_key'][:12]} ({row['model']} on {row['board_key']}): budget {plan['budget']} trials"
+    if plan.get("error"):
+        console.print(f"{head}: cannot plan the tasks: {plan['error']}")
+        return
+    basis = "the untuned kernel profile" if plan["weights_from"] == "profile" else "weight x FLOPs"
+    console.print(
+        f"{head}, {plan['trials_to_run']} to run, {plan['trials_covered']} covered by stored records "
+        f"({plan['database']}); split by {basis}",
+        soft_wrap=True,
+    )
+    table = Table()
+    for column, justify in (
+        ("task", "left"),
+        ("weight", "right"),
+        ("MFLOP", "right"),
+        ("trials", "right"),
+        ("stored", "right"),
+    ):
+        table.add_column(column, justify=justify)
+    for t in plan["tasks"]:
+        table.add_row(t["name"], str(t["weight"]), f"{t['flops'] / 1e6:.2f}", str(t["trials"]), str(t["covered"]))
+    console.print(table)
 
 
 def results_table(console: Console, rows: list[dict[str, Any]], title: str) -> None:
@@ -181,6 +222,10 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
             )
         if b.get("error"):
             console.print(f"  build error: {b['error']}", highlight=False)
+        if b.get("tuning"):
+            from answers.tuning import print_tuning
+
+            print_tuning(console, b["tuning"])
         if b["pass_trace"]:
             relax_passes, tir_count = split_pass_trace(b["pass_trace"])
             console.print(

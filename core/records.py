@@ -188,6 +188,26 @@ _SAMPLING_DEFAULTS: dict[str, Any] = {
 }
 
 
+# MetaSchedule cost models and module-equality rules a sweep may name in its [tuning] table.
+COST_MODELS: tuple[str, ...] = ("xgb", "random", "mlp")
+MODULE_EQUALITIES: tuple[str, ...] = ("structural", "ignore-tensor", "anchor-block")
+
+
+@dataclass(frozen=True)
+class TuningSettings:
+    """How MetaSchedule searches (the ``[tuning]`` table); the budget itself is the ``tuning`` axis."""
+
+    max_trials_per_task: int | None = None  # None: a task may get the whole budget
+    num_trials_per_iter: int = 16  # candidates per search round (MetaSchedule's default is 64)
+    cost_model: str = "xgb"
+    seed: int = 0
+    module_equality: str = "structural"
+    num_cores: int | None = None  # the boards' cores when the target does not say ("num-cores")
+    builder_timeout_s: float = 120.0  # one candidate build on a warm worker
+    runner_timeout_s: float = 60.0  # one candidate's board session: upload, load, timing
+    device_wait_s: float = 60.0  # waiting for a free board, per candidate
+
+
 @dataclass(frozen=True)
 class Job:
     """One point of the sweep matrix: a model on a target in one build configuration."""
@@ -200,6 +220,8 @@ class Job:
     measure: MeasureSettings = field(default_factory=MeasureSettings)
     # The kernels axis ("c" or "llvm" code generation), for executors that take it (aot-c); None for the others.
     kernels: str | None = None
+    tuning: int = 0  # MetaSchedule trial budget; 0 = untuned (the axis "tuning")
+    tuning_settings: TuningSettings = field(default_factory=TuningSettings)
 
     def build_config(self) -> dict[str, Any]:
         """What determines the compiled program (not how it is measured)."""
@@ -214,6 +236,8 @@ class Job:
         }
         if self.kernels is not None:  # executors without the axis keep the keys they always had
             config["kernels"] = self.kernels
+        if self.tuning:  # untuned jobs keep the keys they always had
+            config["tuning"] = build_config_tuning(self)
         return config
 
     def _config_members(self) -> dict[str, str]:
@@ -231,6 +255,8 @@ class Job:
             }
             if self.kernels is not None:
                 members["kernels"] = _leaf(self.kernels)
+            if self.tuning:  # must equal build_config()'s "tuning" (tests/test_tuning_spec.py checks it)
+                members["tuning"] = canonical_json(build_config_tuning(self))
             return members
 
         return _once(self, "_members", make)
@@ -260,6 +286,12 @@ class Job:
         return keys[tvm_version]
 
 
+def build_config_tuning(job: Job) -> dict[str, Any]:
+    """The tuning part of a tuned job's build config: budget, board key (timings on the key's boards
+    chose the program) and the [tuning] settings."""
+    return {"budget": job.tuning, "board_key": job.target.board_key, **asdict(job.tuning_settings)}
+
+
 @dataclass(frozen=True)
 class Build:
     """What compiling one job produced, or why it did not."""
@@ -286,6 +318,10 @@ class Build:
     # Set when codegen was skipped: the build key whose identical program (same fingerprint) compiled
     # the artifact this build uses (workers/program_index.py); the driver fills in its artifact.
     reused_from: str | None = None
+    # MetaSchedule tuning provenance (None when untuned): budget, trials_run, trials_from_records, tasks
+    # [{name, weight, flops, trials, best_us, records_found}], failed_trials {kind: n}, errors (samples),
+    # tuning_s, build_s, board_wait_s, run_s, cost_model, seed, database.
+    tuning: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -344,3 +380,25 @@ class Run:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+
+# MetaSchedule's stand-in run time of a candidate that failed to build or run (kMaxMeanTime).
+MS_FAILED_RUN_S = 1e10
+
+
+@dataclass(frozen=True)
+class TuningScope:
+    """Where tuning records are valid: one target, one kind of board, one TVM, one module equality.
+
+    A record timed on another board key, for another target or by another TVM is not evidence here.
+    ``target`` is the tuning target as ``tvm.target.Target(...).export()`` gives it.
+    """
+
+    target: dict[str, Any]
+    board_key: str
+    tvm_version: str
+    module_equality: str = "structural"
+
+    @property
+    def target_key(self) -> str:
+        return canonical_hash(self.target)

@@ -98,6 +98,12 @@ class Build(Base):
     flash_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
     ram_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
     memory: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    # MetaSchedule tuning provenance (migration 0006): the whole dict (tasks, trials, failures by kind,
+    # time split) and, for the answers' SQL, its budget, trials run and tuning seconds. NULL when untuned.
+    tuning: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    tuning_budget: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    tuning_trials: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    tuning_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     # The static memory of a build (migration 0005): params = weights (VM: the Relax constants; aot-c:
     # the weights in flash); planned = intermediate storage after memory planning (VM: parsed from
     # relax.analysis.estimate_memory_usage; aot-c: arena + workspace). VM builds also set ram_bytes to
@@ -191,3 +197,63 @@ class Run(Base):
     memory: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     board_state: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     warnings: Mapped[list | None] = mapped_column(JSON, nullable=True)
+
+
+class TuningWorkload(Base):
+    """A MetaSchedule workload (one TIR task's IRModule) in one tuning scope.
+
+    Records are only comparable within a scope: the same workload timed on another target, another kind
+    of board or by another TVM is another workload here. ``workload_hash`` is MetaSchedule's own hash of
+    the module under ``module_equality`` (what JSONDatabase writes as the first field of a workload line).
+    """
+
+    __tablename__ = "tuning_workloads"
+    __table_args__ = (
+        UniqueConstraint(
+            "workload_hash", "module_equality", "target_key", "board_key", "tvm_version", name="uq_tuning_workloads"
+        ),
+        Index("ix_tuning_workloads_scope", "target_key", "board_key", "tvm_version", "module_equality"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    workload_hash: Mapped[str] = mapped_column(String(32))  # decimal uint64, as MetaSchedule prints it
+    module_equality: Mapped[str] = mapped_column(String(32))  # structural / ignore-tensor / anchor-block
+    target_key: Mapped[str] = mapped_column(String(64))  # sha256 of the canonical JSON of `target`
+    target: Mapped[dict] = mapped_column(JSON)  # tvm Target.export() of the tuning target
+    board_key: Mapped[str] = mapped_column(String(100))
+    tvm_version: Mapped[str] = mapped_column(String(64))
+    mod_b64: Mapped[str] = mapped_column(Text)  # the IRModule, base64 of tvm.ir.save_json (MetaSchedule's form)
+    task_name: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class TuningWorkloadModel(Base):
+    """Which models' tuning met a workload (for `tuning export --model`)."""
+
+    __tablename__ = "tuning_workload_models"
+
+    workload_id: Mapped[int] = mapped_column(ForeignKey("tuning_workloads.id"), primary_key=True)
+    model_name: Mapped[str] = mapped_column(String(200), primary_key=True)
+
+
+class TuningRecord(Base):
+    """One measured MetaSchedule candidate: its schedule trace and run times (a JSONDatabase record line)."""
+
+    __tablename__ = "tuning_records"
+    __table_args__ = (
+        UniqueConstraint("workload_id", "record_hash", name="uq_tuning_records"),
+        # get_top_k: the fastest valid records of one workload
+        Index("ix_tuning_records_top", "workload_id", "valid", "mean_run_s"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("tuning_workloads.id"))
+    record_hash: Mapped[str] = mapped_column(String(64))  # sha256 of the record's JSON: an import is idempotent
+    trace: Mapped[list] = mapped_column(JSON)  # Trace.as_json(remove_postproc=False): [insts, decisions]
+    run_secs: Mapped[list | None] = mapped_column(JSON, nullable=True)  # 1e10 = the run failed
+    target: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    args_info: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    mean_run_s: Mapped[float] = mapped_column(Float)  # 1e10 when no valid time (MetaSchedule's sort key)
+    valid: Mapped[bool] = mapped_column(Boolean)  # TuningRecord.IsValid(): a real time and a schedule
+    source: Mapped[str | None] = mapped_column(String(200), nullable=True)  # "sweep <id>", "import <dir>", ...
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

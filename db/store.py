@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Insert, create_engine, event, func, select, update
+from sqlalchemy import Insert, case, create_engine, event, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import OperationalError
@@ -429,6 +429,7 @@ class ResultStore:
                 ffi_version=row.ffi_version,
                 host=row.host,
                 memory=row.memory,
+                tuning=row.tuning,
             )
 
     def built_keys(self, build_keys: set[str]) -> set[str]:
@@ -470,6 +471,7 @@ class ResultStore:
                 "flash_bytes": (build.memory or {}).get("flash_bytes"),
                 "ram_bytes": (build.memory or {}).get("ram_bytes"),
                 "memory": build.memory,
+                **tuning_columns(build.tuning),
                 **static_memory_columns(build.memory),
             }
             upsert(s, m.Build, values, ["build_key"])
@@ -646,6 +648,20 @@ class ResultStore:
 
         return self._write(write)
 
+    def reopen_cancelled(self, sweep_id: str) -> int:
+        """Make the sweep's cancelled jobs pending again (an explicit `sweep resume` after a cancel).
+
+        Their attempts stay; what a cancelled tuning stored (records) is reused by the rerun.
+        """
+
+        def write(s: Session) -> int:
+            rows = list(s.scalars(select(m.Job).where(m.Job.sweep_id == sweep_id, m.Job.status == "cancelled")))
+            for row in rows:
+                row.status, row.error, row.finished_at, row.final_run_id = "pending", None, None, None
+            return len(rows)
+
+        return self._write(write)
+
     def last_attempts(self, sweep_id: str) -> dict[str, int]:
         """Highest attempt number stored per job key of the sweep (jobs without a run are absent)."""
         with self._sessions() as s:
@@ -662,6 +678,215 @@ class ResultStore:
             job = self._job_row(s, sweep_id, job_key)
             top = s.scalar(select(func.max(m.Run.attempt)).where(m.Run.job_id == job.id))
             return (top or 0) + 1
+
+    # --- MetaSchedule tuning records (workers/tuning/database.py is the MetaSchedule side) --------
+
+    def _scope_clause(self, scope: records.TuningScope) -> Any:
+        w = m.TuningWorkload
+        return (
+            (w.target_key == scope.target_key)
+            & (w.board_key == scope.board_key)
+            & (w.tvm_version == scope.tvm_version)
+            & (w.module_equality == scope.module_equality)
+        )
+
+    def tuning_workload(self, scope: records.TuningScope, workload_hash: str) -> m.TuningWorkload | None:
+        """The workload row of ``workload_hash`` in ``scope``, or None."""
+        with self._sessions() as s:
+            stmt = select(m.TuningWorkload).where(
+                self._scope_clause(scope), m.TuningWorkload.workload_hash == workload_hash
+            )
+            return s.scalars(stmt).first()
+
+    def commit_tuning_workload(
+        self,
+        scope: records.TuningScope,
+        workload_hash: str,
+        mod_b64: str,
+        *,
+        model_name: str | None = None,
+        task_name: str | None = None,
+    ) -> int:
+        """The id of the workload in ``scope``, created if missing (several writers may race: one row)."""
+
+        def write(s: Session) -> int:
+            values = {
+                "workload_hash": workload_hash,
+                "module_equality": scope.module_equality,
+                "target_key": scope.target_key,
+                "target": scope.target,
+                "board_key": scope.board_key,
+                "tvm_version": scope.tvm_version,
+                "mod_b64": mod_b64,
+                "task_name": task_name,
+                "created_at": _now(),
+            }
+            conflict = ["workload_hash", "module_equality", "target_key", "board_key", "tvm_version"]
+            insert_ignore(s, m.TuningWorkload, values, conflict)
+            stmt = select(m.TuningWorkload.id).where(
+                self._scope_clause(scope), m.TuningWorkload.workload_hash == workload_hash
+            )
+            workload_id = s.scalars(stmt).one()
+            if model_name:
+                link = {"workload_id": workload_id, "model_name": model_name}
+                insert_ignore(s, m.TuningWorkloadModel, link, ["workload_id", "model_name"])
+            return workload_id
+
+        return self._write(write)
+
+    def link_tuning_model(self, workload_id: int, model_name: str) -> None:
+        """Note that ``model_name``'s tuning met workload ``workload_id`` (idempotent)."""
+
+        def write(s: Session) -> None:
+            link = {"workload_id": workload_id, "model_name": model_name}
+            insert_ignore(s, m.TuningWorkloadModel, link, ["workload_id", "model_name"])
+
+        self._write(write)
+
+    def commit_tuning_record(
+        self,
+        workload_id: int,
+        record_json: list[Any],
+        *,
+        source: str | None = None,
+    ) -> bool:
+        """Store one MetaSchedule record ``[trace, run_secs, target, args_info]``; False if already stored."""
+        trace, run_secs, target, args_info = record_json
+        mean, valid = tuning_record_rank(trace, run_secs)
+
+        def write(s: Session) -> bool:
+            values = {
+                "workload_id": workload_id,
+                "record_hash": records.canonical_hash([trace, run_secs, target, args_info]),
+                "trace": trace,
+                "run_secs": run_secs,
+                "target": target,
+                "args_info": args_info,
+                "mean_run_s": mean,
+                "valid": valid,
+                "source": source,
+                "created_at": _now(),
+            }
+            return insert_ignore(s, m.TuningRecord, values, ["workload_id", "record_hash"])
+
+        return self._write(write)
+
+    def tuning_top_k(self, workload_id: int, top_k: int) -> list[m.TuningRecord]:
+        """The ``top_k`` fastest valid records of a workload, fastest first (ties: oldest first, as MS)."""
+        stmt = (
+            select(m.TuningRecord)
+            .where(m.TuningRecord.workload_id == workload_id, m.TuningRecord.valid.is_(True))
+            .order_by(m.TuningRecord.mean_run_s, m.TuningRecord.id)
+            .limit(top_k)
+        )
+        with self._sessions() as s:
+            return list(s.scalars(stmt))
+
+    def tuning_records(
+        self,
+        scope: records.TuningScope | None = None,
+        *,
+        target_key: str | None = None,
+        board_key: str | None = None,
+        tvm_version: str | None = None,
+        model_name: str | None = None,
+    ) -> list[tuple[m.TuningWorkload, m.TuningRecord]]:
+        """Records with their workloads (of ``scope``, or filtered), per workload fastest first."""
+        w, r = m.TuningWorkload, m.TuningRecord
+        stmt = select(w, r).join(r, r.workload_id == w.id).order_by(w.id, r.mean_run_s, r.id)
+        if scope is not None:
+            stmt = stmt.where(self._scope_clause(scope))
+        if target_key is not None:
+            stmt = stmt.where(w.target_key == target_key)
+        if board_key is not None:
+            stmt = stmt.where(w.board_key == board_key)
+        if tvm_version is not None:
+            stmt = stmt.where(w.tvm_version == tvm_version)
+        if model_name is not None:
+            linked = select(m.TuningWorkloadModel.workload_id).where(m.TuningWorkloadModel.model_name == model_name)
+            stmt = stmt.where(w.id.in_(linked))
+        with self._sessions() as s:
+            return [(wl, rec) for wl, rec in s.execute(stmt)]
+
+    def tuning_record_count(self, scope: records.TuningScope) -> int:
+        """How many records (valid or not) ``scope`` holds (MetaSchedule's ``len(database)``)."""
+        w, r = m.TuningWorkload, m.TuningRecord
+        stmt = select(func.count(r.id)).join(w, r.workload_id == w.id).where(self._scope_clause(scope))
+        with self._sessions() as s:
+            return int(s.scalar(stmt) or 0)
+
+    def tuning_coverage(self, scope: records.TuningScope, workload_hashes: list[str]) -> dict[str, dict[str, Any]]:
+        """Per workload hash: trials already stored (``trials``), how many ran (``valid``), best seconds.
+
+        What `sweep plan` shows as "trials already covered" and what a tuning stage subtracts from its
+        budget. Hashes the scope has never seen map to zero trials.
+        """
+        w, r = m.TuningWorkload, m.TuningRecord
+        out: dict[str, dict[str, Any]] = {h: {"trials": 0, "valid": 0, "best_s": None} for h in workload_hashes}
+        if not workload_hashes:
+            return out
+        valid_time = case((r.valid.is_(True), r.mean_run_s))
+        stmt = (
+            select(w.workload_hash, func.count(r.id), func.count(valid_time), func.min(valid_time))
+            .join(r, r.workload_id == w.id)
+            .where(self._scope_clause(scope), w.workload_hash.in_(sorted(set(workload_hashes))))
+            .group_by(w.workload_hash)
+        )
+        with self._sessions() as s:
+            for h, trials, valid, best in s.execute(stmt):
+                out[h] = {"trials": int(trials), "valid": int(valid), "best_s": best}
+        return out
+
+    def tuning_scopes(self) -> list[dict[str, Any]]:
+        """One row per scope in the database: target, board key, TVM, equality, workloads and records."""
+        w, r = m.TuningWorkload, m.TuningRecord
+        keys = (w.target_key, w.board_key, w.tvm_version, w.module_equality)
+        stmt = (
+            select(*keys, func.count(func.distinct(w.id)), func.count(r.id))
+            .outerjoin(r, r.workload_id == w.id)
+            .group_by(*keys)
+            .order_by(w.board_key, w.target_key)
+        )
+        with self._sessions() as s:
+            rows = s.execute(stmt).all()
+            first = select(func.min(w.id)).group_by(w.target_key)  # one row per target: JSON has no MIN()
+            targets = dict(s.execute(select(w.target_key, w.target).where(w.id.in_(first))).all())
+        return [
+            {
+                "target": targets.get(tk),
+                "target_key": tk,
+                "board_key": bk,
+                "tvm_version": tv,
+                "module_equality": eq,
+                "workloads": int(nw),
+                "records": int(nr),
+            }
+            for tk, bk, tv, eq, nw, nr in rows
+        ]
+
+
+def tuning_columns(tuning: dict[str, Any] | None) -> dict[str, Any]:
+    """The builds columns that carry a tuning dict and the scalars the answers filter and sort on."""
+    tuning = tuning or None
+    return {
+        "tuning": tuning,
+        "tuning_budget": tuning.get("budget") if tuning else None,
+        "tuning_trials": tuning.get("trials_run") if tuning else None,
+        "tuning_s": tuning.get("tuning_s") if tuning else None,
+    }
+
+
+def tuning_record_rank(trace: list[Any], run_secs: list[float] | None) -> tuple[float, bool]:
+    """MetaSchedule's sort key and validity of a record, from its JSON (TuningRecordNode::IsValid).
+
+    Mean of the run seconds (1e10 when there are none); valid when some run time is not the 1e10 stub of
+    a failed run and the trace has an instruction before post-processing.
+    """
+    times = [float(t) for t in run_secs or []]
+    mean = sum(times) / len(times) if times else records.MS_FAILED_RUN_S
+    insts = trace[0] if trace else []
+    scheduled = bool(insts) and insts[0][0] != "EnterPostproc"
+    return mean, scheduled and any(t != records.MS_FAILED_RUN_S for t in times)
 
 
 def static_memory_columns(memory: dict[str, Any] | None) -> dict[str, int | None]:

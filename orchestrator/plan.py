@@ -10,21 +10,44 @@ from db.store import ResultStore
 from orchestrator.spec import SweepSpec
 from workers.build_common import tvm_versions
 from workers.executors import registry
+from workers.targets import target_kind
+
+
+def tunable(executor: str, tvm_target: dict) -> bool:
+    """Whether a job can be tuned: MetaSchedule over the farm covers the Relax VM on CPU (llvm) targets."""
+    return registry.get(executor).tunable and target_kind(tvm_target) == "llvm"
 
 
 def plan_jobs(spec: SweepSpec) -> list[Job]:
-    """Expand the sweep matrix: model x target x executor x opt_level x pipeline (x kernels where taken).
+    """Expand the sweep matrix: model x target x executor x opt_level x pipeline (x kernels where taken)
+    (x tuning budget for tunable jobs).
 
     A target pairs only with the executors that accept it (microcontrollers with aot-c, the others with
-    the VM executors and the baseline); the kernels axis multiplies only executors that take it.
+    the VM executors and the baseline); the kernels axis multiplies only executors that take it. The
+    tuning axis applies to tunable jobs only; the others (ONNX Runtime, aot-c, GPU targets) are planned
+    once, untuned.
     """
     jobs = []
     for m, t, e, o, p in itertools.product(spec.models, spec.targets, spec.executors, spec.opt_levels, spec.pipelines):
         entry = registry.get(e)
         if not entry.accepts(t):
             continue
+        budgets = spec.tunings if tunable(e, t.tvm_target) else (0,)
         for k in [k for k in spec.kernels if k in entry.kernel_paths] or [None]:
-            jobs.append(Job(model=m, target=t, executor=e, opt_level=o, pipeline=p, measure=spec.measure, kernels=k))
+            for budget in budgets:
+                jobs.append(
+                    Job(
+                        model=m,
+                        target=t,
+                        executor=e,
+                        opt_level=o,
+                        pipeline=p,
+                        measure=spec.measure,
+                        kernels=k,
+                        tuning=budget,
+                        tuning_settings=spec.tuning,
+                    )
+                )
     return jobs
 
 
@@ -50,6 +73,7 @@ def plan_rows(spec: SweepSpec, store: ResultStore) -> list[dict[str, Any]]:
             "pipeline": job.pipeline,
             "built": key in built,
             "status": statuses.get(job.key, "new"),
+            "tuning": job.tuning,
         }
         for job, key in zip(jobs, keys, strict=True)
     ]

@@ -67,15 +67,30 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
 
 
 def build_on_node(
-    builder: Builder, job: Job, model_data: bytes, index: Any = None
+    builder: Builder,
+    job: Job,
+    model_data: bytes,
+    index: Any = None,
+    fence_host: str | None = None,
+    tuning_env: Any = None,
 ) -> tuple[Build, bytes | None]:
     """``builder.build`` in a Ray task; the build's host becomes "hostname/ray-node-id" to show where it ran.
 
-    ``index``: the sweep's program index actor (identical programs skip codegen), or None.
+    ``index``: the sweep's program index actor (identical programs skip codegen), or None. On the
+    driver's machine the build holds the host fence (workers/fence.py) so that no tuning candidate is
+    timed on a host board meanwhile; a tuned job's builder gets the hold (let go of while it tunes) and
+    ``tuning_env``, what it needs from the driver.
     """
     import ray
 
-    build, data = builder.build(job, model_data, claim=remote_claim(index) if index is not None else None)
+    from workers.fence import local_fence
+
+    claim = remote_claim(index) if index is not None else None
+    with local_fence(fence_host).building() as hold:
+        if job.tuning and hasattr(builder, "build_tuned"):  # the plan budgets only tunable executors
+            build, data = builder.build_tuned(job, model_data, hold=hold, tuning_env=tuning_env, claim=claim)
+        else:
+            build, data = builder.build(job, model_data, claim=claim)
     node = ray.get_runtime_context().get_node_id()
     return replace(build, host=f"{build.host}/{node}"), data
 
@@ -206,6 +221,16 @@ class _Sweep:
         self.health_checks = health_checks
         self.cancelled = False
         self._cancel_polled = 0.0
+        # Tuned builds time candidates from inside their build task: the fence they and every other build
+        # share is an actor (workers/fence.py); their trials reach the progress bar through another.
+        from workers.fence import create_fence
+        from workers.tuning.progress import create_progress, progress_name
+
+        self.fence_host = create_fence()
+        self.progress_actor = create_progress(self.sweep_id)
+        self.progress_name = progress_name(self.sweep_id)
+        self._tuning_seen: dict[str, tuple[int, int]] = {}
+        self._tuning_polled = 0.0
         # The Builder and Runner of each executor (the registry's unless a test or benchmark injects its own).
         self.executors: Mapping[str, Executor] = executors or registry.REGISTRY
         self.reference_refs: dict[tuple[str, int], tuple[Any, Any]] = {}
@@ -297,7 +322,14 @@ class _Sweep:
                 build_key = to_build.popleft()
                 job = by_build[build_key][0]
                 index = None if build_key in self.no_reuse else self.index
-                ref = self.build_fn.remote(self._entry(job).builder, job, self.model_refs[job.model.sha256], index)
+                ref = self.build_fn.remote(
+                    self._entry(job).builder,
+                    job,
+                    self.model_refs[job.model.sha256],
+                    index,
+                    self.fence_host,
+                    self._tuning_env(job),
+                )
                 in_flight[ref] = ("build", build_key)
                 self.builds_in_flight += 1
             if self._cancel_requested():
@@ -310,6 +342,7 @@ class _Sweep:
             refs = list(in_flight)
             done, rest = ray.wait(refs, num_returns=1, timeout=CANCEL_POLL_S)
             if not done:
+                self._poll_tuning()
                 continue
             if rest:
                 done += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
@@ -356,6 +389,49 @@ class _Sweep:
                 for other in followers.pop(job.key, []):
                     self._store_equivalent(job, run, other, outcome)
 
+    # --- tuning -------------------------------------------------------------------------------
+
+    def _tuning_env(self, job: Job) -> Any:
+        """What a tuned build needs from the driver (None for an untuned one)."""
+        if not job.tuning:
+            return None
+        from orchestrator.tuning import records_database, untuned_profile
+        from workers.tracker_client import key_boards
+        from workers.tuning.stage import TuningEnv
+
+        key = job.target.board_key
+        try:
+            boards = len(key_boards(tracker_summary(self.tracker), key))
+        except OSError:
+            boards = 1
+        home = self.cache.root.parent
+        return TuningEnv(
+            tracker=self.tracker,
+            database=records_database(self.store, home, job, self.tvm_version),
+            fence_host=self.fence_host if key in self.fenced else None,
+            avoid=frozenset(b for b, state in self.store.board_states().items() if state == "quarantined"),
+            boards=max(1, boards),
+            profile=untuned_profile(self.store, job),
+            progress=self.progress_name,
+        )
+
+    def _poll_tuning(self) -> None:
+        """Trials done / budget of the tuned builds in flight, to the progress callback (about once a second)."""
+        now = time.monotonic()
+        if now - self._tuning_polled < 1.0:
+            return
+        self._tuning_polled = now
+        try:
+            table = self.ray.get(self.progress_actor.snapshot.remote(), timeout=5)
+        except Exception:
+            return
+        if table == self._tuning_seen:
+            return
+        self._tuning_seen = table
+        self.counts["trials_done"] = sum(d for d, _ in table.values())
+        self.counts["trials_budget"] = sum(b for _, b in table.values())
+        self.progress("tuning", dict(self.counts))
+
     def _next_attempt(self, job_key: str) -> int:
         """The next attempt number of a job (counted here from what the store had when the run began)."""
         self.attempts[job_key] = self.attempts.get(job_key, 0) + 1
@@ -382,6 +458,9 @@ class _Sweep:
         for ref in in_flight:
             self.ray.cancel(ref, force=True)
         in_flight.clear()
+        from workers.fence import reset_fence
+
+        reset_fence(self.fence_host)  # the killed builds and tunings hold it and will never let go
         if self.index is not None:
             self.ray.kill(self.index)
         before = self.store.job_statuses(self.sweep_id)
@@ -638,6 +717,7 @@ def run_sweep(
     max_builds: int | None = None,
     farm_resource: str | None = None,
     health_checks: bool = True,
+    reopen_cancelled: bool = False,
     executors: Mapping[str, Executor] | None = None,
 ) -> SweepOutcome:
     """Run (or resume) a sweep against the farm at ``tracker``; Ray must be initialised.
@@ -646,6 +726,8 @@ def run_sweep(
     is missing. Returns the counts; the results are in ``store``. ``farm_resource`` pins the
     measurement tasks to the Ray node(s) offering that custom resource. With ``health_checks`` each board
     runs the golden model before its first job and after a failure (orchestrator/health.py).
+    ``reopen_cancelled`` runs the jobs a `sweep cancel` ended again (tuned builds continue from the
+    records their cancelled tuning stored).
     ``executors`` replaces the registry's Builders and Runners by executor name (tests, benchmarks).
     """
     jobs = plan_jobs(spec)
@@ -660,6 +742,8 @@ def run_sweep(
         tvm_version=tvm_version,
         model_sizes={sha: p.stat().st_size for sha, p in spec.model_paths.items()},
     )
+    if reopen_cancelled:  # `sweep resume` after `sweep cancel`: the cancelled jobs run again
+        store.reopen_cancelled(spec.sweep_id)
     statuses = store.job_statuses(spec.sweep_id)
     todo = [j for j in jobs if statuses.get(j.key) in PENDING_STATUSES]
     outcome = SweepOutcome(sweep_id=spec.sweep_id, new=new, jobs=len(jobs), already_final=len(jobs) - len(todo))
@@ -688,6 +772,7 @@ def execute_sweep(
     farm_resource: str | None = None,
     progress: ProgressFn | None = None,
     note: farm.Note = lambda _msg: None,
+    reopen_cancelled: bool = False,
 ) -> SweepOutcome:
     """`sweep run` / `sweep resume`: the farm (given, configured or ephemeral), Ray, then ``run_sweep``.
 
@@ -701,4 +786,12 @@ def execute_sweep(
                 check_farm_resource(farm_resource)
             except ValueError as exc:
                 raise farm.FarmError(str(exc)) from None
-        return run_sweep(spec, store, address, cache, progress=progress, farm_resource=farm_resource)
+        return run_sweep(
+            spec,
+            store,
+            address,
+            cache,
+            progress=progress,
+            farm_resource=farm_resource,
+            reopen_cancelled=reopen_cancelled,
+        )

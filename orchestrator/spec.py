@@ -20,6 +20,9 @@ A sweep file looks like::
     number = 10
     repeat = 3
 
+    [tuning]                            # only with a tuning axis: tuning = [0, 64, 512] in [axes]
+    cost_model = "xgb"
+
     [tolerance]
     atol = 1e-4
     rtol = 1e-3
@@ -38,7 +41,16 @@ from typing import Any
 import numpy as np
 
 from core.errors import describe_missing
-from core.records import PIPELINES, MeasureSettings, ModelRef, TargetSpec, canonical_hash
+from core.records import (
+    COST_MODELS,
+    MODULE_EQUALITIES,
+    PIPELINES,
+    MeasureSettings,
+    ModelRef,
+    TargetSpec,
+    TuningSettings,
+    canonical_hash,
+)
 from workers.aot.boards import BOARDS, is_mcu_target
 from workers.executors import registry
 from workers.executors.registry import KERNEL_PATHS
@@ -73,6 +85,8 @@ class SweepSpec:
     source: str  # the TOML text, kept with the sweep so it can be resumed
     source_path: str
     kernels: tuple[str, ...] = ("c",)  # executors with a kernels axis (aot-c): "c" and/or "llvm" codegen
+    tunings: tuple[int, ...] = (0,)  # MetaSchedule trial budgets; 0 = untuned
+    tuning: TuningSettings = field(default_factory=TuningSettings)
     input_files: dict[str, Path] = field(default_factory=dict)  # sha256 -> .npz of a model's inputs
     default_target: bool = False  # the file has no [[targets]]: the "host" preset was used
 
@@ -91,11 +105,13 @@ class SweepSpec:
                 "label": self.label,
                 # Only sweeps with an executor that takes the kernels axis carry it (older sweep ids stay the same).
                 **({"kernels": self.kernels} if any(registry.get(e).kernel_paths for e in self.executors) else {}),
+                # Likewise only tuned sweeps carry the tuning axis and settings.
+                **({"tunings": self.tunings, "tuning": self.tuning.__dict__} if any(self.tunings) else {}),
             }
         )[:12]
 
 
-_TOP_KEYS = {"name", "label", "models", "targets", "axes", "measure", "tolerance"}
+_TOP_KEYS = {"name", "label", "models", "targets", "axes", "measure", "tolerance", "tuning"}
 _MODEL_KEYS = {"name", "path", "onnx", "inputs", "input_ranges", "inputs_file"}
 _TARGET_KEYS = {"preset", "name", "target", "board_key", "arch", "cross_compiler", "emulated"}
 _AXES_DEFAULTS: dict[str, list[Any]] = {
@@ -103,7 +119,9 @@ _AXES_DEFAULTS: dict[str, list[Any]] = {
     "opt_level": [2],
     "pipeline": ["per-target"],
     "kernels": ["c"],
+    "tuning": [0],
 }
+MAX_TUNING_BUDGET = 100_000  # trials per job; far beyond any useful search (20k is ResNet-50 territory)
 _MEASURE_KEYS = {
     "number",
     "repeat",
@@ -339,6 +357,37 @@ def _measure(data: dict[str, Any]) -> MeasureSettings:
     return MeasureSettings(**values)
 
 
+def _tuning(data: dict[str, Any]) -> TuningSettings:
+    """The [tuning] table: MetaSchedule's search settings, each checked like every other key."""
+    table = _typed("[tuning]", data.get("tuning", {}), dict, "a table")
+    allowed = {f.name for f in fields(TuningSettings)} | {"trials_per_task"}
+    _unknown("[tuning]", table, allowed)
+    if "trials_per_task" in table and "max_trials_per_task" in table:
+        raise SpecError("[tuning]: give trials_per_task or max_trials_per_task, not both (they are the same)")
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        name = "max_trials_per_task" if key == "trials_per_task" else key
+        where = f"tuning.{key}"
+        if name == "cost_model":
+            if value not in COST_MODELS:
+                raise SpecError(f"{where} = {value!r}: use " + " or ".join(f'"{c}"' for c in COST_MODELS))
+        elif name == "module_equality":
+            if value not in MODULE_EQUALITIES:
+                raise SpecError(f"{where} = {value!r}: use " + " or ".join(f'"{c}"' for c in MODULE_EQUALITIES))
+        elif name in ("builder_timeout_s", "runner_timeout_s", "device_wait_s"):
+            _typed(where, value, (int, float), "a number of seconds")
+            if not 0 < value <= 86_400:
+                raise SpecError(f"{where} = {value}: must be positive seconds, at most a day")
+            value = float(value)
+        else:  # the integer settings
+            _typed(where, value, int, "an integer")
+            low, high = (0, 2**31 - 1) if name == "seed" else (1, MAX_TUNING_BUDGET)
+            if not low <= value <= high:
+                raise SpecError(f"{where} = {value}: must be an integer from {low} to {high}")
+        values[name] = value
+    return TuningSettings(**values)
+
+
 def _no_control_characters(where: str, value: Any) -> None:
     """Refuse control characters in any string: names and paths are printed on terminals, where an escape
     sequence (ESC [ ...) would recolour, retitle or hide text on the screen of whoever lists the results."""
@@ -460,6 +509,17 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
         lambda v: v in KERNEL_PATHS,
         " or ".join(f'"{k}"' for k in KERNEL_PATHS),
     )
+    tunings = _axis(
+        "axes.tuning",
+        axes.get("tuning", _AXES_DEFAULTS["tuning"]),
+        lambda v: isinstance(v, int) and 0 <= v <= MAX_TUNING_BUDGET,
+        f"trial budgets: integers from 0 (untuned) to {MAX_TUNING_BUDGET}",
+    )
+    if "tuning" in data and not any(tunings):
+        raise SpecError("[tuning]: the sweep tunes nothing; add tuning = [0, 64] (trial budgets) to [axes]")
+    tuning = _tuning(data)
+    if any(tunings):
+        _check_tunable(targets, executors)
     _check_mcu_pairing(targets, executors)
 
     return SweepSpec(
@@ -472,12 +532,28 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
         opt_levels=opt_levels,
         pipelines=pipelines,
         measure=_measure(data),
+        tunings=tunings,
+        tuning=tuning,
         model_paths=paths,
         source=text,
         source_path=source_path,
         input_files=input_files,
         default_target=default_target,
     )
+
+
+def _check_tunable(targets: tuple[TargetSpec, ...], executors: tuple[str, ...]) -> None:
+    """Tuning (MetaSchedule on the farm) applies to the Relax VM executors on llvm targets."""
+    from workers.targets import target_kind
+
+    if not any(registry.get(e).tunable for e in executors):
+        raise SpecError('axes.tuning: tuning needs a Relax VM executor; add "vm-bytecode" to axes.executor')
+    tunable = [t for t in targets if target_kind(t.tvm_target) == "llvm"]
+    if not tunable:
+        raise SpecError(
+            f"axes.tuning: no target to tune; tuning covers llvm (CPU) targets, and {targets[0].name} is "
+            f"{target_kind(targets[0].tvm_target)}"
+        )
 
 
 def _check_mcu_pairing(targets: tuple[TargetSpec, ...], executors: tuple[str, ...]) -> None:

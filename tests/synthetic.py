@@ -11,7 +11,7 @@ import numpy as np
 
 from core.records import canonical_hash
 from db import models as m
-from db.store import ResultStore
+from db.store import ResultStore, tuning_columns
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -33,15 +33,18 @@ class Result:
     error: str | None = None
     pass_trace: list[str] = field(default_factory=list)
     fingerprint: str | None = None
+    tuning: dict[str, Any] | None = None  # a Build's tuning provenance (tuned builds only)
     first_ms: float | None = None
     peak_mem_mb: float | None = None
     warnings: list[str] = field(default_factory=list)
 
     @property
     def job_key(self) -> str:
-        return canonical_hash(
-            [self.model, self.executor, self.opt_level, self.pipeline, self.target, self.board_key, self.emulated]
-        )
+        parts: list[Any] = [self.model, self.executor, self.opt_level, self.pipeline, self.target, self.board_key]
+        parts.append(self.emulated)
+        if self.tuning:  # untuned results keep the keys they always had
+            parts.append(self.tuning.get("budget"))
+        return canonical_hash(parts)
 
 
 def noisy(center: float, n: int = 10, rel: float = 0.02, seed: int = 0) -> list[float]:
@@ -99,6 +102,7 @@ def add_sweep(
                         pass_trace=r.pass_trace,
                         pass_count=len(r.pass_trace),
                         created_at=created,
+                        **tuning_columns(r.tuning),
                     )
                 )
             s.flush()

@@ -162,6 +162,36 @@ def wide_gemm(n_in: int = 1024, n_out: int = 1280, seed: int = 0) -> onnx.ModelP
     )
 
 
+def small_convnet(seed: int = 0, size: int = 64, channels: int = 16) -> onnx.ModelProto:
+    """x[1,3,size,size] -> Conv(channels, 3x3) -> Relu -> Conv(channels, 3x3) -> Relu -> GlobalAveragePool
+    -> Flatten -> Gemm(10): convolutions where untuned TVM is slowest, the tuning tests' model."""
+    rng = np.random.default_rng(seed)
+    nodes = [
+        helper.make_node("Conv", ["x", "c1w", "c1b"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "c2w", "c2b"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("GlobalAveragePool", ["r2"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "gw", "gb"], ["y"]),
+    ]
+    inits = [
+        _init(rng, "c1w", (channels, 3, 3, 3)),
+        _init(rng, "c1b", (channels,)),
+        _init(rng, "c2w", (channels, channels, 3, 3), 0.2),
+        _init(rng, "c2b", (channels,)),
+        _init(rng, "gw", (channels, 10), 0.2),
+        _init(rng, "gb", (10,)),
+    ]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        inits,
+        "small_convnet",
+    )
+
+
 def outer_product(n: int = 2048, seed: int = 0) -> onnx.ModelProto:
     """a[n,1] x b[1,n] -> Relu -> ReduceSum over columns -> y[n,1]: small inputs, outputs and weights
     (none), one n*n float32 intermediate (16 MB at n=2048). What the memory tests and benchmarks need: a

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from orchestrator.cli import db, farm, results, serve, sweep, targets
+from orchestrator.cli import db, farm, results, serve, sweep, targets, tuning
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -21,6 +21,7 @@ app.add_typer(results.app, name="results")
 app.add_typer(farm.app, name="farm")
 app.add_typer(targets.app, name="targets")
 app.add_typer(db.app, name="db")
+app.add_typer(tuning.app, name="tuning")
 app.command("report")(results.report_cmd)
 app.command("serve")(serve.serve)
 

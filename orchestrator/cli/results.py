@@ -11,6 +11,7 @@ import typer
 from rich.text import Text
 
 from answers import analysis_views, compare, html_report, query, ranking, regressions, report, why
+from answers import tuning as tuning_answers
 from orchestrator.cli.common import (
     DbOpt,
     JsonOpt,
@@ -215,6 +216,7 @@ def results_best(
         print_json(analysis_views.records(rows))
         return
     analysis_views.print_best(console, rows, confidence, metric)
+    tuning_answers.print_side_by_side(console, rows)  # tuned beside untuned, when the sweep tuned
 
 
 @app.command("compare")

@@ -62,8 +62,13 @@ def sweep_plan(
 ) -> None:
     """Dry run: the job matrix, what is already built or measured, and what will run."""
     spec = load(path, label)
-    rows = plan.plan_rows(spec, open_store(db, read_only=True))
+    store = open_store(db, read_only=True)
+    rows = plan.plan_rows(spec, store)
     default = _default_target_note(spec)
+    jobs = {job.key: job for job in plan.plan_jobs(spec)}
+    for row in rows:
+        if row.get("tuning") and not row["built"]:
+            row["tuning_plan"] = _tuning_plan(store, spec, jobs[row["job_key"]])
     if as_json:
         print_json({"sweep_id": spec.sweep_id, "jobs": rows, **({"note": default} if default else {})})
         return
@@ -80,6 +85,24 @@ def _default_target_note(spec: SweepSpec) -> str | None:
         "no [[targets]] in the sweep file: using the preset `host` (this machine's CPU, board key `host`); "
         'add [[targets]] preset = "..." to choose (`tvmbench targets list`)'
     )
+
+
+def _tuning_plan(store, spec: SweepSpec, job) -> dict:
+    """Tasks, trials and stored coverage of one tuned job (the front pipeline runs here: seconds)."""
+    from orchestrator.tuning import plan_tuning, records_database, untuned_profile
+    from workers.build_common import tvm_versions
+
+    try:
+        return plan_tuning(
+            job,
+            spec.model_paths[job.model.sha256].read_bytes(),
+            records_database(store, home(), job, tvm_versions()[0]),
+            untuned_profile(store, job),
+        )
+    except Exception as exc:  # the build would fail the same way; the plan says so instead of dying
+        from core.errors import one_line
+
+        return {"budget": job.tuning, "error": one_line(exc), "tasks": []}
 
 
 def _progress_bar() -> Progress:
@@ -101,6 +124,7 @@ def _execute(
     boards: int,
     as_json: bool,
     farm_resource: str | None = None,
+    reopen_cancelled: bool = False,
 ) -> None:
     store = open_store(db)
     try:
@@ -115,7 +139,8 @@ def _execute(
                     completed=done,
                     detail=f"built {c.get('built', 0)}/{c.get('to_build', 0)} "
                     f"(cached {c.get('cached', 0)}) · measured ok {c.get('ok', 0)} "
-                    f"· failed {c.get('failed', 0)}",
+                    f"· failed {c.get('failed', 0)}"
+                    + (f" · tuning trials {c['trials_done']}/{c['trials_budget']}" if c.get("trials_budget") else ""),
                 )
 
             outcome = scheduler.execute_sweep(
@@ -128,6 +153,7 @@ def _execute(
                 farm_resource=farm_resource,
                 progress=on_progress,
                 note=note,
+                reopen_cancelled=reopen_cancelled,
             )
     except KeyboardInterrupt:
         fail(f"interrupted: finished jobs are stored; `tvmbench sweep resume {spec.sweep_id}` runs the rest", 130)
@@ -176,13 +202,13 @@ def sweep_resume(
     boards: BoardsOpt = 1,
     as_json: JsonOpt = False,
 ) -> None:
-    """Finish a stored sweep: only jobs without a final row run."""
+    """Finish a stored sweep: jobs without a final row run, and so do jobs `sweep cancel` ended."""
     store = open_store(db)
     sweep = store.get_sweep(sweep_id)
     if sweep is None:
         fail(f"no sweep {sweep_id!r} in {store.url}; `tvmbench results sweeps` lists them", code=NOT_FOUND)
     spec = call(stored_spec, sweep)
-    _execute(spec, db, tracker, ray_address, boards, as_json)
+    _execute(spec, db, tracker, ray_address, boards, as_json, reopen_cancelled=True)
 
 
 # --- sweeps on a Ray cluster (orchestrator/submit.py) ---------------------------------------------

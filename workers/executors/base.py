@@ -69,6 +69,8 @@ class Executor:
     kernel_paths: tuple[str, ...] = ()
     # The executor the golden model is built with for health checks of its boards; None: no health check.
     golden_executor: str | None = None
+    # Whether its builder takes the tuning axis (MetaSchedule on the farm, workers/tuning) on llvm targets.
+    tunable: bool = False
 
 
 def not_mcu(target: TargetSpec) -> bool:

@@ -191,6 +191,19 @@ class RelaxVmBuilder:
         With ``claim``, a program that another build compiles already (same fingerprint) skips codegen
         and export: the Build is ok, has ``reused_from`` and no bytes.
         """
+        return self._build(job, model_data, claim, None, None)
+
+    def build_tuned(
+        self, job: Job, model_data: bytes, *, hold: Any = None, tuning_env: Any = None, claim: ClaimFn | None = None
+    ) -> tuple[Build, bytes | None]:
+        """Compile a tuned job (``job.tuning`` > 0): the tuning stage (workers/tuning/stage.py) replaces
+        the pipeline inside the same traced PassContext, tuning on the farm ``tuning_env`` describes;
+        ``hold`` (the build's host-fence hold) is let go while its candidates are timed."""
+        return self._build(job, model_data, claim, hold, tuning_env)
+
+    def _build(
+        self, job: Job, model_data: bytes, claim: ClaimFn | None, hold: Any, tuning_env: Any
+    ) -> tuple[Build, bytes | None]:
         import tvm
 
         common = build_identity(job)
@@ -205,10 +218,17 @@ class RelaxVmBuilder:
         memory = memory_plan_probe()  # the static memory plan, taken after StaticPlanBlockMemory
         started = time.perf_counter()
         reused_from = None
+        tuning: dict[str, Any] | None = None
         try:
             target = make_target(job.target.tvm_target)
             with tvm.transform.PassContext(opt_level=job.opt_level, instruments=[trace, memory]):
-                lowered = run_pipeline(job, mod, target)
+                if job.tuning:
+                    from workers.tuning.stage import TuningEnv, tuned_lowering
+
+                    lowered, target, tuning = tuned_lowering(job, mod, tuning_env or TuningEnv(tracker=""), hold)
+                else:
+                    lowered = run_pipeline(job, mod, target)
+                # After tuning: the fingerprint says whether the tuned program differs from the untuned one.
                 program = fingerprint(job, lowered, common["tvm_version"])
                 pipeline_passes = len(trace.names)
                 reused_from = _ask(claim, reuse_key(program, job), common["build_key"])
@@ -219,6 +239,7 @@ class RelaxVmBuilder:
                 error=_build_error(job, exc),
                 pass_trace=tuple(trace.names),
                 compile_s=time.perf_counter() - started,
+                tuning=getattr(exc, "tuning", tuning),  # a TuningMiss carries what the search found
                 **common,
             ), None
         facts: dict[str, Any] = (
@@ -238,6 +259,7 @@ class RelaxVmBuilder:
             kernel_count=kernel_count(lowered),
             compile_s=time.perf_counter() - started,
             memory=_static_memory(memory),
+            tuning=tuning,
             **facts,
             **common,
         ), data
@@ -423,5 +445,6 @@ BUILDER = RelaxVmBuilder()
 RUNNER = RelaxVmRunner()
 # Both VM modes build and run the same way; exec_mode comes from the name ("bytecode" / "compiled").
 EXECUTORS: tuple[Executor, ...] = tuple(
-    Executor(name, BUILDER, RUNNER, accepts=not_mcu, golden_executor=name) for name in ("vm-bytecode", "vm-compiled")
+    Executor(name, BUILDER, RUNNER, accepts=not_mcu, golden_executor=name, tunable=True)
+    for name in ("vm-bytecode", "vm-compiled")
 )

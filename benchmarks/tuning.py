@@ -1,0 +1,197 @@
+"""How far MetaSchedule tuning gets, and at what cost: prints figures (not a test).
+
+For the small conv net (workers/model_zoo.small_convnet, random weights) and one bundled light model on
+the ``host`` target: untuned, tuned at a few budgets, and ONNX Runtime, each median with its 95%
+bootstrap CI; tuned/ORT ratio; tuning wall seconds; trials per second; and the share of tuning time
+spent building candidates, waiting for boards and measuring.
+
+It runs one real sweep through ``tvmbench sweep run`` (Ray builds, the local farm, the results database),
+so these are the figures a user gets, not a private loop's. Records go to a fresh SQLite database by
+default, so every budget's tuning is paid for; pass ``--db`` to reuse a database's records instead.
+
+    PYTHONPATH=. python benchmarks/tuning.py --budgets 32,64 --models small_convnet,light_shufflenet
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+LIGHT_MODELS = ("light_shufflenet", "light_squeezenet")
+
+
+def sweep_toml(models: list[str], model_dir: Path, budgets: list[int], args: argparse.Namespace) -> str:
+    """The sweep: the models on host, vm-compiled and the onnxruntime baseline, tuning = [0, budgets...]."""
+    lines = ['name = "tuning-benchmark"', ""]
+    for name in models:
+        lines += ["[[models]]", f'onnx = "{name}"' if name in LIGHT_MODELS else f'path = "{model_dir / name}.onnx"', ""]
+    lines += ["[[targets]]", 'preset = "host"', ""]
+    lines += [
+        "[axes]",
+        'executor = ["vm-compiled", "onnxruntime"]',
+        "opt_level = [2]",
+        'pipeline = ["per-target"]',
+        f"tuning = [0, {', '.join(str(b) for b in budgets)}]",
+        "",
+        "[tuning]",
+        f'cost_model = "{args.cost_model}"',
+        f"num_trials_per_iter = {args.trials_per_iter}",
+        f"seed = {args.seed}",
+        "",
+        "[measure]",
+        f"number = {args.number}",
+        f"repeat = {args.repeat}",
+        "session_timeout_s = 600",
+        "device_wait_s = 1800",  # a board may be busy timing candidates of another job for a while
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def default_cost_model() -> str:
+    """xgb when the xgboost module is installed (MetaSchedule's default), else random."""
+    import importlib.util
+
+    return "xgb" if importlib.util.find_spec("xgboost") else "random"
+
+
+def run_sweep(path: Path, db: str, home: Path) -> tuple[str, float, int]:
+    """``tvmbench sweep run --json``; returns the sweep id, wall seconds and exit status."""
+    exe = Path(sys.executable).with_name("tvmbench")
+    cmd = [str(exe), "sweep", "run", str(path), "--db", db, "--json"]
+    env = {**os.environ, "TVMBENCH_HOME": str(home)}
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    try:
+        sweep_id = json.loads(proc.stdout)["sweep_id"]
+    except (json.JSONDecodeError, KeyError):
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+        raise SystemExit(f"sweep run failed (exit {proc.returncode}); its output is above") from None
+    return sweep_id, wall, proc.returncode
+
+
+def figures(db: str, sweep_id: str) -> list[dict[str, Any]]:
+    """One row per job of the sweep: median and CI, ratio to ORT, and the tuning figures."""
+    from answers import query
+    from answers.stats import median_ci
+    from db.store import ResultStore
+
+    store = ResultStore(db)
+    rows = query.results(store, sweep_id)
+    ort = {r["model"]: r["median_ms"] for r in rows if r["executor"] == "onnxruntime" and r["status"] == "ok"}
+    out = []
+    for r in rows:
+        detail = query.job_detail(store, r["job_key"], sweep_id) or {}
+        build = detail.get("build") or {}
+        tuning = build.get("tuning") or {}
+        # The job's budget from its configuration: a job still pending has no build to say it.
+        budget = ((detail.get("config") or {}).get("tuning") or {}).get("budget") or 0
+        ci = median_ci(r["samples"]) if r["samples"] else None
+        tuning_s = tuning.get("tuning_s")
+        trials = tuning.get("trials_run")
+        shares = {
+            key: (tuning.get(key) or 0.0) / tuning_s if tuning_s else None
+            for key in ("build_s", "board_wait_s", "run_s")
+        }
+        out.append(
+            {
+                "model": r["model"],
+                "executor": r["executor"],
+                "budget": budget,
+                "status": r["status"],
+                "median_ms": r["median_ms"],
+                "ci": None if ci is None else (ci.lo, ci.hi),
+                "x_ort": (r["median_ms"] / ort[r["model"]]) if r["median_ms"] and ort.get(r["model"]) else None,
+                "tuning_s": tuning_s,
+                "trials_run": trials,
+                "trials_from_records": tuning.get("trials_from_records"),
+                "trials_per_s": trials / tuning_s if trials and tuning_s else None,
+                "failed": tuning.get("failed_trials"),
+                "share_build": shares["build_s"],
+                "share_wait": shares["board_wait_s"],
+                "share_run": shares["run_s"],
+                "compile_s": r["compile_s"],
+                "error": (r["error"] or "").splitlines()[0][:160] if r["error"] else None,
+            }
+        )
+    store.close()
+    order = {"onnxruntime": 0}
+    return sorted(out, key=lambda x: (x["model"], order.get(x["executor"], 1), x["budget"]))
+
+
+def _f(value: Any, spec: str = ".3g") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    head = (
+        f"{'model':18} {'config':22} {'median ms':>10} {'95% CI':>20} {'/ORT':>7} {'tune s':>8} {'trials':>7} "
+        f"{'stored':>6} {'trial/s':>7} {'build':>6} {'wait':>6} {'run':>6}  failed"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        config = "onnxruntime" if r["executor"] == "onnxruntime" else (
+            f"vm-compiled tuned {r['budget']}" if r["budget"] else "vm-compiled untuned"
+        )  # fmt: skip
+        ci = "-" if r["ci"] is None else f"[{r['ci'][0]:.4g}, {r['ci'][1]:.4g}]"
+        pct = lambda v: "-" if v is None else f"{v * 100:.0f}%"  # noqa: E731
+        status = "" if r["status"] == "ok" else f"  {r['status']}: {r['error']}"
+        print(
+            f"{r['model']:18} {config:22} {_f(r['median_ms'], '.4g'):>10} {ci:>20} {_f(r['x_ort'], '.3g'):>7} "
+            f"{_f(r['tuning_s'], '.0f'):>8} {_f(r['trials_run'], 'd'):>7} {_f(r['trials_from_records'], 'd'):>6} "
+            f"{_f(r['trials_per_s'], '.2f'):>7} {pct(r['share_build']):>6} {pct(r['share_wait']):>6} "
+            f"{pct(r['share_run']):>6}  {r['failed'] or ''}{status}"
+        )
+    print(
+        "\n/ORT: median over ONNX Runtime's on the same board (1 = as fast; < 1 faster). tune s: tuning wall "
+        "seconds of that build; trials: measured in it; stored: covered by records already in the database; "
+        "build/wait/run: share of tuning time building candidates, waiting for a board, measuring."
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budgets", default="32,64", help="comma-separated trial budgets (0 = untuned is always run)")
+    parser.add_argument("--models", default="small_convnet,light_shufflenet", help="small_convnet and/or light_*")
+    parser.add_argument("--cost-model", default=None, help="xgb (default when installed), random or mlp")
+    parser.add_argument("--trials-per-iter", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--number", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--db", default=None, help="results database URL (default: a fresh SQLite file)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
+    args = parser.parse_args()
+    args.cost_model = args.cost_model or default_cost_model()
+    budgets = sorted({int(b) for b in args.budgets.split(",") if b.strip() and int(b) > 0})
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+
+    import onnx
+
+    from workers import model_zoo
+
+    work = Path(tempfile.mkdtemp(prefix="tvmbench-tuning-bench-"))
+    for name in models:
+        if name not in LIGHT_MODELS:
+            onnx.save(getattr(model_zoo, name)(), work / f"{name}.onnx")
+    db = args.db or f"sqlite:///{work / 'results.db'}"
+    sweep = work / "tuning.toml"
+    sweep.write_text(sweep_toml(models, work, budgets, args))
+    print(f"sweep {sweep} (cost model {args.cost_model}, budgets {budgets}, {os.cpu_count()} cores), db {db}")
+    sweep_id, wall, code = run_sweep(sweep, db, work / "home")
+    print(f"sweep {sweep_id}: {wall:.0f} s wall, exit {code}\n")
+    rows = figures(db, sweep_id)
+    print_table(rows)
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""`tvmbench tuning`: the MetaSchedule records in the results database, and their JSON files.
+
+`list` shows what is stored per scope; `export DIR` writes one scope as a MetaSchedule JSON database
+(readable by ``ms.database.JSONDatabase(work_dir=DIR)``); `import DIR` reads one in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from orchestrator.cli.common import DbOpt, JsonOpt, console, fail, open_store, print_json
+
+app = typer.Typer(no_args_is_help=True, help="MetaSchedule tuning records: list, export and import JSON databases.")
+
+TargetOpt = Annotated[
+    str | None, typer.Option("--target", help="Preset name, TVM tag or JSON target dict the records were tuned for.")
+]
+TvmOpt = Annotated[str | None, typer.Option("--tvm-version", help="TVM version of the records (default: this TVM).")]
+ModelOpt = Annotated[str | None, typer.Option("--model", help="Only workloads met while tuning this model.")]
+
+
+@app.command("list")
+def tuning_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Stored tuning records per scope: board key, target, TVM version, module equality."""
+    from workers.tuning.exchange import short_target
+
+    rows = open_store(db, read_only=True).tuning_scopes()
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        console.print(
+            "no tuning records yet: a sweep with a [axes] tuning budget, or `tvmbench tuning import`, adds them"
+        )
+        return
+    from rich.table import Table
+
+    table = Table(title="tuning records")
+    for col in ("board key", "target", "TVM", "equality", "workloads", "records"):
+        table.add_column(col, justify="right" if col in ("workloads", "records") else "left")
+    for r in rows:
+        table.add_row(
+            r["board_key"], short_target(r["target"]), r["tvm_version"], r["module_equality"],
+            str(r["workloads"]), str(r["records"]),
+        )  # fmt: skip
+    console.print(table)
+
+
+@app.command("export")
+def tuning_export(
+    directory: Annotated[
+        Path, typer.Argument(help="Directory for database_workload.json and database_tuning_record.json.")
+    ],
+    target: TargetOpt = None,
+    board_key: Annotated[str | None, typer.Option("--board-key", help="Board key the records were timed on.")] = None,
+    tvm_version: TvmOpt = None,
+    model: ModelOpt = None,
+    top: Annotated[int, typer.Option(help="Only the N fastest valid records per workload (0 = all).", min=0)] = 0,
+    append: Annotated[bool, typer.Option(help="Add to a JSON database already in DIR.")] = False,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write one scope's records as a MetaSchedule JSON database (for plain TVM scripts)."""
+    from workers.tuning import exchange
+
+    store = open_store(db, read_only=True)
+    try:
+        scope = exchange.select_scope(
+            store, target=target, board_key=board_key, tvm_version=tvm_version, model_name=model
+        )
+        done = exchange.export_records(store, directory, scope, model_name=model, top=top, append=append)
+    except exchange.ExchangeError as exc:
+        fail(str(exc), code=2)
+    summary = {"directory": str(done.directory), "workloads": done.workloads, "records": done.records, **done.scope}
+    if as_json:
+        print_json(summary)
+        return
+    console.print(
+        f"exported {done.records} record(s) of {done.workloads} workload(s) (board {scope.board_key}, "
+        f"TVM {scope.tvm_version}) to {done.directory}; load with "
+        f"ms.database.JSONDatabase(work_dir={str(done.directory)!r})",
+        highlight=False,
+    )
+
+
+@app.command("import")
+def tuning_import(
+    directory: Annotated[Path, typer.Argument(help="A MetaSchedule work_dir with the two database JSON files.")],
+    board_key: Annotated[str, typer.Option("--board-key", help="Board key the records' times were taken on.")],
+    target: TargetOpt = None,
+    tvm_version: TvmOpt = None,
+    module_equality: Annotated[
+        str, typer.Option("--module-equality", help="structural, ignore-tensor or anchor-block.")
+    ] = "structural",
+    model: Annotated[str | None, typer.Option("--model", help="Model name to note the workloads under.")] = None,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Read a MetaSchedule JSON database into the results database (idempotent)."""
+    from workers.tuning import exchange
+
+    store = open_store(db)
+    try:
+        done = exchange.import_records(
+            store, directory, board_key=board_key, target=target, tvm_version=tvm_version,
+            module_equality=module_equality, model_name=model,
+        )  # fmt: skip
+    except exchange.ExchangeError as exc:
+        fail(str(exc), code=2)
+    summary = {
+        "directory": str(done.directory), "records": done.records, "new": done.new,
+        "workloads": done.workloads, "scopes": done.scopes,
+    }  # fmt: skip
+    if as_json:
+        print_json(summary)
+        return
+    console.print(
+        f"imported {done.records} record(s) of {done.workloads} workload(s) from {done.directory}: "
+        f"{done.new} new, {done.records - done.new} already stored (board {board_key})",
+        highlight=False,
+    )

@@ -1,0 +1,120 @@
+"""The driver's side of tuning: where records live, which stored profile weights a budget, what a plan tunes.
+
+The tuning itself runs inside build tasks (workers/tuning/stage.py); this module prepares what they
+need from the driver (``TuningEnv``) and answers `sweep plan` for tuning jobs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from core.records import Job, canonical_hash
+from db import models as m
+from db.store import ResultStore
+
+
+def records_database(store: ResultStore, home: Path, job: Job, tvm_version: str) -> dict[str, str]:
+    """Where a job's tuning records go: the results database when the SQL records store is installed
+    (workers/tuning/database.py, the records half of issue 13), else a MetaSchedule JSON database per
+    target and board key under ``home`` (JSON files are appended record by record, so a cancel keeps
+    what was measured)."""
+    if importlib.util.find_spec("workers.tuning.database") is not None:
+        return {"kind": "sql", "url": store.url}
+    where = canonical_hash({"target": job.target.tvm_target, "board_key": job.target.board_key, "tvm": tvm_version})
+    return {"kind": "json", "path": str(home / "tuning-records" / where[:16])}
+
+
+def untuned_profile(store: ResultStore, job: Job) -> dict[str, Any] | None:
+    """The newest stored per-kernel profile of this model's untuned build on the same board key and pipeline.
+
+    Kernel names then match the tuning tasks' (both come from the same fused module), so the budget
+    can follow the measured time. None when no such profile is stored (`[measure] profile = true` on
+    an untuned sweep stores one).
+    """
+    stmt = (
+        select(m.Job.config, m.Run.kernel_profile)
+        .join(m.Run, m.Run.id == m.Job.final_run_id)
+        .where(
+            m.Job.model_sha256 == job.model.sha256,
+            m.Job.board_key == job.target.board_key,
+            m.Job.pipeline == job.pipeline,
+            m.Job.status == "ok",
+            m.Run.kernel_profile.is_not(None),
+        )
+        .order_by(m.Run.finished_at.desc())
+    )
+    with store._sessions() as s:
+        for config, profile in s.execute(stmt):
+            # Only executors that show kernel calls (the bytecode VM) store an available profile.
+            if (config or {}).get("tuning") or not (profile or {}).get("available"):
+                continue
+            if (config or {}).get("inputs") != [list(i) for i in job.model.inputs]:
+                continue
+            return profile
+    return None
+
+
+def stored_records_count(database: dict[str, str], job: Job, mods: list[Any]) -> list[int]:
+    """Trials already stored for each task module (0 where nothing is stored yet; the SQL store counts
+    failed trials too, other databases their successful records)."""
+    from workers.tuning.stage import TuningEnv, open_database, tuning_target
+
+    if database.get("kind") == "json" and not Path(database["path"]).is_dir():
+        return [0 for _ in mods]  # nothing stored yet; a plan creates no folders
+    settings = job.tuning_settings
+    target = tuning_target(job.target.tvm_target, settings)
+    db, _ = open_database(
+        TuningEnv(tracker="", database=database), settings.module_equality, target, job.target.board_key
+    )
+    if hasattr(db, "trials_covered"):  # SqlTuningDatabase: one query, every stored trial counted
+        return [c["trials"] for c in db.trials_covered(mods)]
+    counts = []
+    for mod in mods:
+        counts.append(len(db.get_top_k(db.commit_workload(mod), 1_000_000)) if db.has_workload(mod) else 0)
+    return counts
+
+
+def plan_tuning(job: Job, model_data: bytes, database: dict[str, str], profile: dict[str, Any] | None) -> dict:
+    """What `sweep plan` shows for a tuned job: its tasks, their trials, and what records already cover.
+
+    Runs the job's front pipeline (legalize + fuse) to extract the tasks, exactly as the build will.
+    """
+    import onnx
+    import tvm
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from workers.tuning.stage import tuning_target
+    from workers.tuning.tasks import allocate, extract, profile_shares, split_pipeline
+
+    settings = job.tuning_settings
+    target = tuning_target(job.target.tvm_target, settings)
+    mod = from_onnx(onnx.load_from_string(model_data), shape_dict=job.model.shape_dict, keep_params_in_input=False)
+    front, _ = split_pipeline(job.pipeline, target)
+    with tvm.transform.PassContext(opt_level=job.opt_level), target:
+        fused = front(mod)
+    extracted, infos = extract(fused, target, settings.module_equality)
+    alloc, basis = allocate(infos, job.tuning, settings.max_trials_per_task, profile_shares(profile))
+    stored = stored_records_count(database, job, [e.dispatched[0] for e in extracted])
+    tasks = [
+        {
+            "name": i.name,
+            "weight": i.weight,
+            "flops": i.flops,
+            "trials": alloc[i.name],
+            "covered": min(stored[i.index], alloc[i.name]),
+        }
+        for i in infos
+    ]
+    covered = sum(t["covered"] for t in tasks)
+    return {
+        "budget": job.tuning,
+        "weights_from": basis,
+        "tasks": tasks,
+        "trials_covered": covered,
+        "trials_to_run": sum(t["trials"] for t in tasks) - covered,
+        "database": database.get("kind"),
+    }

@@ -1,0 +1,195 @@
+"""The host fence: nothing builds on a machine while a program is timed on a board that shares its cores.
+
+The sweep driver fences its own measurements by counting the builds it has in flight, but tuning times
+candidates from *inside* a build task, and that task's candidate builds are Ray tasks of their own: the
+driver sees none of it. So the fence is a named Ray actor, one per machine, that every party asks:
+
+- a build (a job's build, a candidate build) holds it in ``build`` mode; many builds at once are fine;
+- a timing (a candidate on a host board) holds it in ``time`` mode, alone: no build, no other timing.
+
+A waiting timing blocks new builds (otherwise a busy build queue would starve the measurements). Holds
+carry a time-to-live, so a holder killed by ``sweep cancel`` (its worker gone, no release sent) cannot
+wedge the fence. Callers poll with short sleeps; an actor call costs about a millisecond.
+
+The driver creates the fence for its own host (``create_fence``) because boards that share cores are
+decided relative to it (``orchestrator.scheduler.host_sharing_keys``); tasks find it by name. Without a
+Ray instance or with no fence created, ``Fence(None)`` is a no-op, so ``build_job`` stays callable alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+NAMESPACE = "tvmbench"
+POLL_S = 0.02
+BUILD_TTL_S = 1800.0  # a job build of a big model can take many minutes
+TIME_TTL_S = 300.0
+
+
+def fence_name(host: str) -> str:
+    return f"tvmbench-fence:{host}"
+
+
+class _HostFenceState:
+    """The fence's state; a plain class so it is testable without Ray (the actor wraps it)."""
+
+    def __init__(self) -> None:
+        self.builds: dict[str, float] = {}  # holder -> expiry (monotonic)
+        self.timing: dict[str, float] = {}
+        self.waiting_timers: dict[str, float] = {}  # holder -> when it last asked
+
+    def _expire(self, now: float) -> None:
+        for table in (self.builds, self.timing):
+            for holder in [h for h, exp in table.items() if exp < now]:
+                del table[holder]
+        # A timer that stopped asking (killed) no longer blocks builds.
+        for holder in [h for h, asked in self.waiting_timers.items() if now - asked > 5.0]:
+            del self.waiting_timers[holder]
+
+    def try_build(self, holder: str, ttl_s: float) -> bool:
+        now = time.monotonic()
+        self._expire(now)
+        if holder in self.builds or not (self.timing or self.waiting_timers):
+            self.builds[holder] = now + ttl_s
+            return True
+        return False
+
+    def try_time(self, holder: str, ttl_s: float) -> bool:
+        now = time.monotonic()
+        self._expire(now)
+        if not self.builds and (not self.timing or holder in self.timing):
+            self.waiting_timers.pop(holder, None)
+            self.timing[holder] = now + ttl_s
+            return True
+        self.waiting_timers[holder] = now
+        return False
+
+    def release(self, holder: str) -> None:
+        self.builds.pop(holder, None)
+        self.timing.pop(holder, None)
+        self.waiting_timers.pop(holder, None)
+
+    def reset(self) -> None:
+        """Forget every hold: the driver calls it after a cancel killed the holders."""
+        self.builds.clear()
+        self.timing.clear()
+        self.waiting_timers.clear()
+
+    def state(self) -> dict[str, int]:
+        self._expire(time.monotonic())
+        return {"builds": len(self.builds), "timing": len(self.timing), "waiting_timers": len(self.waiting_timers)}
+
+
+def create_fence(host: str | None = None) -> str:
+    """Create (or find) the fence actor of ``host`` (default: this machine); returns the host name."""
+    import ray
+
+    host = host or socket.gethostname()
+    actor = ray.remote(num_cpus=0)(_HostFenceState)
+    actor.options(name=fence_name(host), namespace=NAMESPACE, get_if_exists=True, lifetime=None).remote()
+    return host
+
+
+def reset_fence(host: str) -> None:
+    """Drop every hold of ``host``'s fence (its holders were just cancelled, so none will release)."""
+    import ray
+
+    with contextlib.suppress(Exception):  # no fence: nothing to reset
+        ray.get(ray.get_actor(fence_name(host), namespace=NAMESPACE).reset.remote(), timeout=30)
+
+
+class Fence:
+    """A handle on the fence of one host (``None``: no fence, every hold is granted at once)."""
+
+    def __init__(self, host: str | None) -> None:
+        self.host = host
+        self._actor: Any = None
+        if host is not None:
+            import ray
+
+            try:
+                self._actor = ray.get_actor(fence_name(host), namespace=NAMESPACE)
+            except ValueError:  # no fence was created (a build outside a sweep): nothing to fence
+                self._actor = None
+
+    @property
+    def active(self) -> bool:
+        return self._actor is not None
+
+    def _call(self, method: str, *args: Any) -> Any:
+        import ray
+
+        try:
+            return ray.get(getattr(self._actor, method).remote(*args), timeout=30)
+        except Exception:
+            # The fence died with its driver (sweep over or cancelled): there is nobody left to fence for.
+            self._actor = None
+            return True
+
+    def _acquire(self, method: str, holder: str, ttl_s: float, stop: Any = None) -> float:
+        """Poll until the hold is granted; returns the seconds waited. ``stop()`` true abandons it."""
+        started = time.monotonic()
+        while self._actor is not None and not self._call(method, holder, ttl_s):
+            if stop is not None and stop():
+                self._call("release", holder)
+                raise RuntimeError("stopped while waiting for the host fence")
+            time.sleep(POLL_S)
+        return time.monotonic() - started
+
+    def _release(self, holder: str) -> None:
+        if self._actor is not None:
+            self._call("release", holder)
+
+    @contextlib.contextmanager
+    def building(self, ttl_s: float = BUILD_TTL_S) -> Iterator[Hold]:
+        """Hold the fence while compiling on this host (shared with other builds)."""
+        hold = Hold(self, uuid.uuid4().hex, ttl_s)
+        hold.waited_s = self._acquire("try_build", hold.holder, ttl_s)
+        try:
+            yield hold
+        finally:
+            self._release(hold.holder)
+
+    @contextlib.contextmanager
+    def timing(self, ttl_s: float = TIME_TTL_S, stop: Any = None) -> Iterator[float]:
+        """Hold the fence alone while a board on this host times a program; yields the seconds waited."""
+        holder = uuid.uuid4().hex
+        waited = self._acquire("try_time", holder, ttl_s, stop)
+        try:
+            yield waited
+        finally:
+            self._release(holder)
+
+    def state(self) -> dict[str, int] | None:
+        if self._actor is None:
+            return None
+        value = self._call("state")
+        return value if isinstance(value, dict) else None
+
+
+class Hold:
+    """A build hold; ``paused()`` lets go of it for a while (a tuning build while its candidates are timed)."""
+
+    def __init__(self, fence: Fence, holder: str, ttl_s: float) -> None:
+        self.fence, self.holder, self.ttl_s = fence, holder, ttl_s
+        self.waited_s = 0.0
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        self.fence._release(self.holder)
+        try:
+            yield
+        finally:
+            self.fence._acquire("try_build", self.holder, self.ttl_s)
+
+
+def local_fence(fence_host: str | None) -> Fence:
+    """The fence a build on this machine must hold: the driver's, when this machine is the driver's."""
+    if fence_host is None or fence_host != socket.gethostname():
+        return Fence(None)
+    return Fence(fence_host)

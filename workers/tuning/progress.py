@@ -1,0 +1,61 @@
+"""Tuning progress from inside build tasks to the sweep driver's progress bar: one named Ray actor per sweep.
+
+A tuned build runs for minutes inside one Ray task; the driver only sees it finish. The stage reports
+"trials done / budget" here after every measured batch and the driver reads the table while it waits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+NAMESPACE = "tvmbench"
+
+
+def progress_name(sweep_id: str) -> str:
+    return f"tvmbench-tuning-progress:{sweep_id}"
+
+
+class _ProgressTable:
+    def __init__(self) -> None:
+        self.table: dict[str, tuple[int, int]] = {}
+
+    def report(self, build_key: str, done: int, budget: int) -> None:
+        self.table[build_key] = (done, budget)
+
+    def snapshot(self) -> dict[str, tuple[int, int]]:
+        return dict(self.table)
+
+    def clear(self) -> None:
+        self.table.clear()
+
+
+def create_progress(sweep_id: str) -> Any:
+    """The driver's progress table for ``sweep_id`` (created once per driver, emptied for each run)."""
+    import ray
+
+    actor = ray.remote(num_cpus=0)(_ProgressTable)
+    table = actor.options(name=progress_name(sweep_id), namespace=NAMESPACE, get_if_exists=True).remote()
+    table.clear.remote()  # a rerun in the same driver starts counting afresh
+    return table
+
+
+class ProgressReporter:
+    """The build task's side: ``report(done)``; silent when no driver listens (a build outside a sweep)."""
+
+    def __init__(self, name: str | None, build_key: str, budget: int) -> None:
+        self.build_key, self.budget = build_key, budget
+        self._actor: Any = None
+        if name:
+            import ray
+
+            try:
+                self._actor = ray.get_actor(name, namespace=NAMESPACE)
+            except ValueError:
+                self._actor = None
+
+    def report(self, done: int) -> None:
+        if self._actor is not None:
+            try:
+                self._actor.report.remote(self.build_key, done, self.budget)  # fire and forget
+            except Exception:
+                self._actor = None

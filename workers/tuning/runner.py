@@ -1,0 +1,191 @@
+"""MetaSchedule's Runner over the farm: each candidate is timed on a board of the job's key via the tracker.
+
+Not the stock ``RPCRunner`` (DESIGN.md, "Tuning"): its ``tracker.request`` blocks with no deadline
+when no board is free, its popen worker pool costs a Python start per worker on a 2-core machine, it
+cannot skip a board that keeps failing, and it knows nothing of the host fence. This runner asks the
+tracker through the farm's own ``request_session`` (one deadline over every wait, tracker restarts
+ridden out, avoided boards never used), holds the host fence while a board on this machine times a
+candidate, and turns every failure into a failed trial of a kind (``infra``, ``timeout``,
+``device-unavailable``, ``build``) instead of an exception: a board that dies mid-tuning costs the
+trials it was running, never the job.
+
+A board that fails ``QUARANTINE_AFTER`` candidates in a row is avoided for the rest of this tuning run
+(the farm's quarantine rule, applied locally: the sweep's own health bookkeeping sees only measurements).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import gc
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerFuture, RunnerInput, RunnerResult
+
+from core.health import QUARANTINE_AFTER  # the farm's rule, applied within one tuning run
+from workers.tuning.stats import TuningStats
+
+
+@dataclass(frozen=True)
+class FarmRunnerConfig:
+    """Where and how candidates are timed."""
+
+    tracker: str
+    board_key: str
+    number: int = 3  # runs per repeat (MetaSchedule's EvaluatorConfig defaults)
+    repeat: int = 1
+    min_repeat_ms: int = 50
+    session_timeout_s: float = 60.0  # one candidate's session: upload + load + runs
+    device_wait_s: float = 60.0  # waiting for a free board, per candidate
+    registration_wait_s: float = 5.0  # a key with no board registered fails its trials this fast
+    fence_host: str | None = None  # the host whose cores the key's boards share (None: no fence)
+    max_workers: int = 1  # candidates timed at once (boards of the key; 1 when fenced)
+
+
+@derived_object
+class _Future(PyRunnerFuture):
+    def __init__(self, future: concurrent.futures.Future) -> None:
+        super().__init__()
+        self.future = future
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def result(self) -> RunnerResult:
+        run_secs, error = self.future.result()
+        return RunnerResult(run_secs, error)
+
+
+@derived_object
+class FarmRunner(PyRunner):
+    """Times candidates on the farm's boards; see the module docstring."""
+
+    def __init__(
+        self,
+        config: FarmRunnerConfig,
+        *,
+        avoid: frozenset[str] = frozenset(),
+        stats: TuningStats | None = None,
+        stop: Any = None,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.stats = stats or TuningStats()
+        self.stop = stop
+        self._lock = threading.Lock()
+        self._avoid = set(avoid)
+        self._streak: Counter = Counter()  # board id -> failures in a row
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, config.max_workers), thread_name_prefix="tvmbench-farm-runner"
+        )
+
+    def run(self, runner_inputs: list[RunnerInput]) -> list[RunnerFuture]:
+        futures = []
+        for ri in runner_inputs:
+            args_info = [a.as_json() for a in ri.args_info]
+            futures.append(
+                _Future(self._pool.submit(self._run_one, str(ri.artifact_path), str(ri.device_type), args_info))
+            )
+        return futures
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # --- one candidate --------------------------------------------------------------------------
+
+    def _failed(self, kind: str, message: str) -> tuple[None, str]:
+        self.stats.fail(kind, message)
+        return None, f"{kind}: {message}"
+
+    def _note(self, board_id: str, ok: bool) -> None:
+        with self._lock:
+            if ok:
+                self._streak.pop(board_id, None)
+                return
+            self._streak[board_id] += 1
+            if self._streak[board_id] >= QUARANTINE_AFTER:
+                self._avoid.add(board_id)
+
+    def _run_one(
+        self, artifact_path: str, device_type: str, args_info: list[Any]
+    ) -> tuple[list[float] | None, str | None]:
+        from core.errors import one_line
+        from workers.board_session import classify
+        from workers.fence import Fence
+        from workers.tracker_client import DeviceUnavailable, NoBoardRegistered, request_session
+
+        cfg = self.config
+        if self.stop is not None and self.stop():
+            return self._failed("cancelled", "tuning stopped")
+        fence = Fence(cfg.fence_host)
+        waited = time.perf_counter()
+        try:
+            with self._lock:
+                avoid = frozenset(self._avoid)
+            session = request_session(
+                cfg.tracker,
+                cfg.board_key,
+                cfg.device_wait_s,
+                cfg.session_timeout_s,
+                avoid=avoid,
+                registration_wait_s=cfg.registration_wait_s,
+            )
+        except NoBoardRegistered:
+            self.stats.add_time("board_wait_s", time.perf_counter() - waited)
+            return self._failed("device-unavailable", f"no board with key {cfg.board_key!r} is registered")
+        except DeviceUnavailable as exc:
+            self.stats.add_time("board_wait_s", time.perf_counter() - waited)
+            return self._failed(
+                "device-unavailable", f"no board of {cfg.board_key!r} free in {cfg.device_wait_s:g}s ({exc})"
+            )
+        except Exception as exc:
+            self.stats.add_time("board_wait_s", time.perf_counter() - waited)
+            return self._failed("infra", f"tracker {cfg.tracker}: {one_line(exc)}")
+        board_id = session.board_id
+        try:
+            # The fence is taken with the board in hand: waiting for both at once in the other order
+            # would hold the machine quiet for nothing while the tracker queues.
+            with fence.timing(ttl_s=cfg.session_timeout_s + 30, stop=self.stop):
+                self.stats.add_time("board_wait_s", time.perf_counter() - waited)
+                started = time.perf_counter()
+                try:
+                    run_secs = self._time_on_board(session.remote, artifact_path, device_type, args_info)
+                finally:
+                    self.stats.add_time("run_s", time.perf_counter() - started)
+        except Exception as exc:
+            self._note(board_id, ok=False)
+            kind = "timeout" if isinstance(exc, TimeoutError) else classify(exc)
+            return self._failed(kind, f"{board_id}: {one_line(exc)}")
+        finally:
+            del session
+            gc.collect()  # the session closes (and the board frees) when its last handle goes
+        self._note(board_id, ok=True)
+        return run_secs, None
+
+    def _time_on_board(self, remote: Any, artifact_path: str, device_type: str, args_info: list[Any]) -> list[float]:
+        import os
+
+        from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
+
+        cfg = self.config
+        # One name per artifact: the board's session folder is private to the session anyway.
+        name = os.path.basename(os.path.dirname(artifact_path)) + ".so"
+        remote.upload(artifact_path, name)
+        rt_mod = remote.load_module(name)
+        dev = remote.device(device_type, 0)
+        fill = remote.get_function("tvm.contrib.random.random_fill_for_measure")
+        args = alloc_argument_common(fill, dev, args_info, 1)[0]
+        evaluator = rt_mod.time_evaluator(
+            rt_mod.entry_name, dev, number=cfg.number, repeat=cfg.repeat, min_repeat_ms=cfg.min_repeat_ms
+        )
+        dev.sync()
+        costs = [float(c) for c in evaluator(*args).results]
+        del args, rt_mod, evaluator
+        with contextlib.suppress(Exception):
+            remote.remove(name)
+        return costs

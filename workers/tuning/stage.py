@@ -1,0 +1,297 @@
+"""The tuning stage of a build: legalize + fuse, extract tasks, tune on the farm, apply the records, lower.
+
+It runs inside the job's ``PassContext(opt_level=..., instruments=[pass trace])`` (``build_job`` enters
+it), so the passes around tuning are traced like any build's, and ``MetaScheduleApplyDatabase`` shows in
+the trace. The records are applied to the very module the tasks were extracted from, and the stage
+checks that they met: a task with a stored record whose PrimFunc comes out unscheduled is a build
+failure (``TuningMiss``), never a silently untuned "tuned" program.
+
+The provenance (``Build.tuning``) has exactly these keys, which the results store and displays read:
+``budget``, ``trials_run`` (measured in this build), ``trials_from_records`` (covered by records stored
+before it), ``tasks`` (per task: ``name``, ``weight``, ``flops``, ``trials`` = stored + measured trials
+the task's best record was chosen from, ``best_us``, ``records_found``), ``failed_trials`` ({kind:
+count}), ``errors`` (up to 5 samples), ``tuning_s``, ``build_s``, ``board_wait_s``, ``run_s``,
+``cost_model``, ``seed``, ``database`` ("sql" | "memory" | "json").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.records import Job, TuningSettings
+from workers.tuning.stats import MAX_ERRORS, TuningStats
+from workers.tuning.tasks import allocate, extract, profile_shares, split_pipeline
+
+
+class TuningMiss(RuntimeError):
+    """Records did not meet the PrimFuncs they were tuned on; ``tuning`` is the provenance so far."""
+
+    def __init__(self, message: str, tuning: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.tuning = tuning
+
+
+@dataclass(frozen=True)
+class TuningEnv:
+    """What a tuned build needs from the driver: the farm, the fence, the records, a profile, progress."""
+
+    tracker: str
+    database: dict[str, str] = field(default_factory=lambda: {"kind": "memory"})  # kind + path/url
+    fence_host: str | None = None  # set when the job's boards share the driver's cores
+    avoid: frozenset[str] = frozenset()  # quarantined boards
+    boards: int = 1  # boards of the key: candidates timed at once (1 when fenced)
+    profile: dict[str, Any] | None = None  # the untuned build's stored per-kernel profile, if any
+    progress: str | None = None  # the sweep's progress actor name
+
+
+def tuning_target(tvm_target: dict[str, Any], settings: TuningSettings) -> Any:
+    """The job's target with ``num-cores`` (MetaSchedule refuses an llvm target without it).
+
+    Taken from the target, else ``[tuning] num_cores``, else this machine's cores (right for host and
+    emulated boards; a remote board's target should say it).
+    """
+    from tvm.target import Target
+
+    from workers.build_common import make_target
+
+    target = make_target(tvm_target)
+    if target.attrs.get("num-cores") is not None:
+        return target
+    spec = json.loads(str(target))
+    spec["num-cores"] = settings.num_cores or os.cpu_count() or 1
+    return Target(spec)
+
+
+def open_database(
+    env: TuningEnv,
+    module_equality: str,
+    target: Any,
+    board_key: str,
+    *,
+    model_name: str | None = None,
+    source: str | None = None,
+) -> tuple[Any, str]:
+    """The records' MetaSchedule database and its kind for the provenance: "sql", "json" or "memory".
+
+    ``model_name`` and ``source`` label what the SQL store keeps (`tuning export --model`, provenance).
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    kind = env.database.get("kind", "memory")
+    if kind == "sql":
+        from workers.tuning.database import SqlTuningDatabase
+
+        db = SqlTuningDatabase(
+            env.database["url"],
+            target=target,
+            board_key=board_key,
+            module_equality=module_equality,
+            model_name=model_name,
+            source=source,
+        )
+        return db, "sql"
+    if kind == "json":
+        path = env.database["path"]
+        os.makedirs(path, exist_ok=True)
+        return ms.database.JSONDatabase(work_dir=path, module_equality=module_equality), "json"
+    return ms.database.MemoryDatabase(module_equality=module_equality), "memory"
+
+
+def _progress_callback(on_batch: Any) -> Any:
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+    @derived_object
+    class _Progress(PyMeasureCallback):
+        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+            on_batch(len(measure_candidates))
+
+    return _Progress()
+
+
+def _best_us(db: Any, mod: Any) -> tuple[float | None, int]:
+    """(best mean latency in µs, trials stored) of a task's workload in ``db``.
+
+    The SQL store counts every stored trial, failed ones too (they were spent: the same sweep again
+    spends nothing), in one query; other databases count their successful records.
+    """
+    if hasattr(db, "trials_covered"):  # SqlTuningDatabase: no record is rebuilt to be counted
+        (covered,) = db.trials_covered([mod])
+        best = covered["best_s"]
+        return (None if best is None else best * 1e6), covered["trials"]
+    if not db.has_workload(mod):
+        return None, 0
+    workload = db.commit_workload(mod)
+    records = db.get_top_k(workload, 1_000_000)
+    if not records:
+        return None, 0
+    secs = [float(s) for s in records[0].run_secs]
+    return (sum(secs) / len(secs) * 1e6 if secs else None), len(records)
+
+
+@contextlib.contextmanager
+def _work_dir() -> Iterator[str]:
+    path = tempfile.mkdtemp(prefix="tvmbench-tune-")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -> tuple[Any, Any, dict[str, Any]]:
+    """Tune ``job`` and lower its module with the records: (lowered module, target, provenance).
+
+    Must run inside the job's PassContext. ``build_hold`` (a ``workers.fence.Hold``) is let go while the
+    candidates are tuned, so that this build does not fence out its own timings.
+    """
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from core.errors import one_line
+    from workers.tuning.builder import RayBuilder
+    from workers.tuning.preload import preload_tensor_intrin
+    from workers.tuning.progress import ProgressReporter
+    from workers.tuning.runner import FarmRunner, FarmRunnerConfig
+
+    preload_tensor_intrin()  # the first TuneContext imports it; TVMScript's inspect.stack() made that minutes
+    settings = job.tuning_settings
+    target = tuning_target(job.target.tvm_target, settings)
+    front, back = split_pipeline(job.pipeline, target)
+    with target:
+        fused = front(mod)
+    extracted, infos = extract(fused, target, settings.module_equality)
+    db, db_kind = open_database(
+        env,
+        settings.module_equality,
+        target,
+        job.target.board_key,
+        model_name=job.model.name,
+        source=f"build {job.build_key(tvm.__version__)[:16]}",
+    )
+    alloc, _basis = allocate(infos, job.tuning, settings.max_trials_per_task, profile_shares(env.profile))
+
+    covered = {}
+    for info in infos:
+        _, stored = _best_us(db, extracted[info.index].dispatched[0])
+        covered[info.name] = min(stored, alloc[info.name])
+    from_records = sum(covered.values())
+    reporter = ProgressReporter(env.progress, job.build_key(tvm.__version__), job.tuning)
+    done = {"n": from_records}
+    reporter.report(done["n"])
+
+    def on_batch(n: int) -> None:
+        done["n"] += n
+        reporter.report(done["n"])
+
+    stats = TuningStats()
+    measured: dict[str, int] = {}
+    started = time.perf_counter()
+    todo = [i for i in infos if alloc[i.name] - covered[i.name] > 0]
+    if todo:
+        builder = RayBuilder(
+            cross_compiler=job.target.cross_compiler,
+            fence_host=env.fence_host,
+            timeout_s=settings.builder_timeout_s,
+            stats=stats,
+        )
+        runner = FarmRunner(
+            FarmRunnerConfig(
+                tracker=env.tracker,
+                board_key=job.target.board_key,
+                session_timeout_s=settings.runner_timeout_s,
+                device_wait_s=settings.device_wait_s,
+                fence_host=env.fence_host,
+                max_workers=1 if env.fence_host else max(1, env.boards),
+            ),
+            avoid=env.avoid,
+            stats=stats,
+        )
+        preload_tensor_intrin()  # the first TuneContext imports it: minutes in a loaded process otherwise
+        pause = build_hold.paused() if build_hold is not None else contextlib.nullcontext()
+        with pause, _work_dir() as work_dir:
+            contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+                [extracted[i.index] for i in todo], work_dir, seed=settings.seed
+            )
+            callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _progress_callback(on_batch)]
+            for info, ctx, weight in zip(todo, contexts, weights, strict=True):
+                trials = alloc[info.name] - covered[info.name]
+                before = done["n"]
+                try:
+                    ms.tune_tasks(
+                        tasks=[ctx],
+                        task_weights=[weight],
+                        work_dir=work_dir,
+                        max_trials_global=trials,
+                        max_trials_per_task=trials,
+                        num_trials_per_iter=min(settings.num_trials_per_iter, trials),
+                        builder=builder,
+                        runner=runner,
+                        database=db,
+                        cost_model=settings.cost_model,
+                        measure_callbacks=callbacks,
+                        task_scheduler="round-robin",
+                        module_equality=settings.module_equality,
+                    )
+                except Exception as exc:  # a search that crashes (apache/tvm#18380) is this task's outcome
+                    stats.fail("search", f"{info.name}: {one_line(exc)}")
+                measured[info.name] = done["n"] - before
+        runner.shutdown()
+    tuning_s = time.perf_counter() - started
+
+    tasks, misses = [], []
+    with target, db:  # the pass reads both from the context
+        applied = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(fused)
+    for info in infos:
+        best, stored = _best_us(db, extracted[info.index].dispatched[0])
+        func = applied[info.name] if info.name in [gv.name_hint for gv in applied.get_global_vars()] else None
+        scheduled = bool(func is not None and func.attrs and func.attrs.get("tirx.is_scheduled", False))
+        spent = covered[info.name] + measured.get(info.name, 0)
+        if best is not None and not scheduled:
+            misses.append(info.name)
+        if spent and best is None:
+            stats.fail("no-record", f"{info.name}: {spent} trials, none ran successfully")
+        tasks.append(
+            {
+                "name": info.name,
+                "weight": info.weight,
+                "flops": info.flops,
+                "trials": spent,
+                "best_us": best,
+                "records_found": scheduled,
+            }
+        )
+    # "no-record" is a consequence of failed trials, not a trial kind of its own.
+    failed = {k: v for k, v in stats.failed.items() if k != "no-record"}
+    provenance = {
+        "budget": job.tuning,
+        "trials_run": done["n"] - from_records,
+        "trials_from_records": from_records,
+        "tasks": tasks,
+        "failed_trials": failed,
+        "errors": stats.errors[:MAX_ERRORS],
+        "tuning_s": tuning_s,
+        "build_s": stats.times["build_s"],
+        "board_wait_s": stats.times["board_wait_s"],
+        "run_s": stats.times["run_s"],
+        "cost_model": settings.cost_model,
+        "seed": settings.seed,
+        "database": db_kind,
+    }
+    if misses:
+        raise TuningMiss(
+            f"tuning records did not meet their PrimFuncs: {', '.join(misses)} have records but stayed "
+            "unscheduled (the module they were applied to is not the one they were tuned on)",
+            provenance,
+        )
+    with target:
+        lowered = back(applied)
+    return lowered, target, provenance
