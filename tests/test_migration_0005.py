@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 from sqlalchemy import MetaData, inspect, select
 
 from answers import query as reads
@@ -133,7 +134,8 @@ def test_old_database_upgrades_in_place_and_reads(db_url: str) -> None:
         assert columns >= NEW_RUN_COLUMNS
         assert {c["name"] for c in inspect(store.engine).get_columns("builds")} >= {"params_bytes", "planned_bytes"}
         with store.engine.connect() as conn:
-            assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar_one() == "0005"
+            head = ScriptDirectory(str(MIGRATIONS)).get_current_head()  # 0005 or a later migration
+            assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar_one() == head
 
         # The old row keeps its figures and reads as "not measured" for everything new.
         (row,) = reads.results(store, "s1")
