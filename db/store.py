@@ -165,6 +165,9 @@ def upsert(session: Session, model: type[m.Base], values: dict[str, Any], confli
     session.execute(stmt.on_conflict_do_update(index_elements=conflict, set_=changed))
 
 
+_MIGRATION_LOCK = 0x7476_6D62  # "tvmb": the PostgreSQL advisory lock key that serialises migrations
+
+
 def upgrade(engine: Engine) -> None:
     """Bring the schema to the newest migration (alembic upgrade head)."""
     from alembic import command
@@ -173,6 +176,10 @@ def upgrade(engine: Engine) -> None:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            # Two processes opening a fresh database at once (a submitted driver and its submitter) would
+            # both CREATE TABLE alembic_version; the lock holds the second until the first commits.
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
         config.attributes["connection"] = conn
         command.upgrade(config, "head")
 

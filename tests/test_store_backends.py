@@ -215,6 +215,26 @@ def _writer(url: str, barrier: multiprocessing.synchronize.Barrier, worker: int)
     store.close()
 
 
+def _open(url: str, barrier: multiprocessing.synchronize.Barrier) -> None:
+    barrier.wait(timeout=60)
+    ResultStore(url).close()
+
+
+@pytest.mark.postgres
+def test_concurrent_first_opens_migrate_once(pg_url: str) -> None:
+    """Processes opening a fresh PostgreSQL database at once (a submitted driver and its submitter) all
+    succeed: the migration is serialised, not raced into a duplicate alembic_version table."""
+    ctx = multiprocessing.get_context("spawn")
+    openers = 4
+    barrier = ctx.Barrier(openers)
+    procs = [ctx.Process(target=_open, args=(pg_url, barrier)) for _ in range(openers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0] * openers, "an opener failed (see its traceback above)"
+
+
 def test_concurrent_writers_make_one_sweep(db_url: str) -> None:
     ResultStore(db_url).close()  # migrate once up front, as `tvmbench db upgrade` does for a team database
     ctx = multiprocessing.get_context("spawn")
