@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,6 +66,59 @@ def local_farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFarm]:
     farm = LocalFarm.start(tmp_path_factory.mktemp("farm-logs"), {"host": 1})
     yield farm
     farm.stop()
+
+
+def _exited(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # already reaped, or not ours
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+    return waited == pid
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _revive(farm: LocalFarm) -> list[str]:
+    """Start again the tracker or boards of ``farm`` that died; what died, with its log's tail."""
+    logs = Path(farm.log_dir)
+    casualties = []
+    if _exited(farm.tracker_pid):
+        casualties.append(f"the tracker died; its log:\n{_log_tail(logs / 'tracker.log')}")
+        farm.restart_tracker()
+    for board in list(farm.boards):
+        if _exited(board.pid):
+            log = logs / f"board-{board.key}-{board.port}.log"
+            casualties.append(f"board {board.key}@{board.port} died; its log:\n{_log_tail(log)}")
+            farm.boards.remove(board)
+            farm.add_board(board.key)
+    return casualties
+
+
+@pytest.fixture(autouse=True)
+def _local_farm_survives(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Around a test that uses the shared farm: if its tracker or a board died, fail the test it died in
+    with the logs and start the dead parts again, so one casualty does not fail every later test as
+    "pending-device". A death noticed only at the next test's start (it happened as the last test
+    ended) is revived with a warning."""
+    if "local_farm" not in request.fixturenames:
+        yield
+        return
+    farm: LocalFarm = request.getfixturevalue("local_farm")
+    for casualty in _revive(farm):
+        warnings.warn(f"the shared local farm was revived before {request.node.name}: {casualty}", stacklevel=1)
+    yield
+    casualties = _revive(farm)
+    if casualties:
+        pytest.fail("the shared local farm lost a process during this test:\n" + "\n".join(casualties))
 
 
 @pytest.fixture

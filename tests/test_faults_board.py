@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from typer.testing import CliRunner
 
@@ -110,6 +111,28 @@ def test_board_killed_mid_run_is_infra_and_retry_runs_on_another_board(
     _begin(store, tiny.job)
     store.record_run("s", replace(run, job_key=tiny.job.key), final=False)
     assert store.board_states()[victim_id] == "suspect"
+
+
+def test_session_process_killed_mid_run_is_infra_and_the_board_keeps_serving(
+    tmp_path: Path, slow: Built, tiny: Built
+) -> None:
+    # One board only: the next job must run on the board whose session died (a crashing kernel does the
+    # same). TVM's server used to raise on the session's non-zero exit and take the whole agent down.
+    farm = LocalFarm.start(tmp_path / "farm", {"host": 1})
+    try:
+        thread, box = _in_thread(lambda: _measure(slow, farm.tracker))
+        board = wait_until(lambda: board_in_session(farm), 30, "the board to start the measurement")
+        agent = psutil.Process(board.pid)
+        sessions = wait_until(agent.children, 10, "the session process")
+        for proc in sessions:
+            proc.kill()
+        thread.join(slow.job.measure.session_timeout_s)
+        assert box and box[0].status == "infra", box
+        assert agent.is_running() and agent.status() != psutil.STATUS_ZOMBIE, "the board agent died with its session"
+        after = _measure(tiny, farm.tracker)
+        assert after.status == "ok" and after.board_id == box[0].board_id, after
+    finally:
+        farm.stop()
 
 
 def _begin(store: ResultStore, *jobs: Job) -> None:

@@ -26,6 +26,7 @@ says otherwise, and then warns.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -229,6 +230,69 @@ def register_functions(key: str, port: int, emulated: bool) -> None:
         return json.dumps(onnxruntime_run(path, int(number), int(repeat), feeds))
 
 
+def survive_session_crashes() -> None:
+    """Make TVM's RPC server outlive a session process that dies (a crashing kernel, a killed session).
+
+    TVM 0.27's ``_serving`` raises when the forked session process exits non-zero; the exception ends the
+    server's listen thread and with it the whole agent, so one segfaulting kernel (or a session killed
+    from outside) took the board off the farm for every later job. This version logs the exit and keeps
+    listening; everything else is TVM's own (including the session timeout that kills a hung kernel).
+    """
+    import logging
+    import multiprocessing
+
+    from tvm.rpc import _ffi_api, server
+    from tvm.support import utils
+
+    log = logging.getLogger("RPCServer")
+
+    def _serving(sock, addr, opts, load_library) -> None:
+        work_path = utils.tempdir()
+        old_cwd = os.getcwd()
+        os.chdir(work_path.path)  # sessions upload by bare file name: one folder each
+        try:
+            proc = multiprocessing.Process(target=server._serve_loop, args=(sock, load_library, work_path))
+            proc.start()
+            proc.join(opts.get("timeout", None))
+            if proc.is_alive():
+                _ffi_api.ReturnException(
+                    sock.fileno(),
+                    f"RPCSessionTimeoutError: Your {opts['timeout']}s session has expired, "
+                    'try to increase the "session_timeout" value.',
+                )
+                _terminate_tree(proc.pid)
+                proc.join(10)
+            elif proc.exitcode != 0:
+                print(
+                    f"board agent: session from {addr[0]}:{addr[1]} ended with exit code {proc.exitcode} "
+                    "(its process crashed or was killed); still serving",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        finally:
+            os.chdir(old_cwd)
+            work_path.remove()
+            sock.close()
+            log.debug("finished serving %s", addr)
+
+    server._serving = _serving
+
+
+def _terminate_tree(pid: int) -> None:
+    """SIGTERM a session process and its children (psutil when present, as TVM does)."""
+    import signal
+
+    try:
+        import psutil
+
+        for child in psutil.Process(pid).children(recursive=True):
+            child.terminate()
+    except Exception:  # psutil missing on the board, or the process already gone
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+
+
 def serve(tracker: str | None, key: str, host: str, port: int, port_end: int, emulated: bool) -> None:
     """Run the RPC server in this process until it is killed."""
     from tvm.rpc.server import PopenRPCServerState
@@ -246,6 +310,7 @@ def serve(tracker: str | None, key: str, host: str, port: int, port_end: int, em
     # The in-process server (not `python -m tvm.exec.rpc_server`, which re-executes Python for its
     # worker) so that an interpreter started under qemu -L keeps its loader prefix.
     register_functions(key, port, emulated)
+    survive_session_crashes()
     state = PopenRPCServerState(host, port, port_end, tracker_addr=tracker_addr, key=key, silent=True)
     print(f"board agent: key={key} listening on {host}:{state.port} tracker={tracker}", flush=True)
     state.thread.join()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from workers.aot.boards import BOARDS, McuBoard
 from workers.aot.runner import ICOUNT_SHIFT, QEMU, BoardRunner, QemuRunner
+from workers.board_agent import survive_session_crashes
 
 
 def agent_command(key: str, python: str = sys.executable) -> list[str] | None:
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: MCU agent listening on {args.host}: TVM RPC runs uploaded code; trusted networks only")
     register_mcu_functions(board, key, args.port)
+    survive_session_crashes()
     tracker_addr = None
     if args.tracker:
         thost, _, tport = args.tracker.rpartition(":")
