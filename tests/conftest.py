@@ -16,7 +16,7 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 from db.store import ResultStore
-from orchestrator.farm import LocalFarm, free_port, stop_pid, wait_until
+from orchestrator.farm import FarmError, LocalFarm, free_port, stop_pid, wait_until
 from workers import model_zoo
 from workers.tracker_client import registered_keys, tracker_summary
 
@@ -87,6 +87,9 @@ def _log_tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
+REREGISTER_S = 15.0
+
+
 def _revive(farm: LocalFarm) -> list[str]:
     """Start again the tracker or boards of ``farm`` that died; what died, with its log's tail."""
     logs = Path(farm.log_dir)
@@ -98,6 +101,14 @@ def _revive(farm: LocalFarm) -> list[str]:
         if _exited(board.pid):
             log = logs / f"board-{board.key}-{board.port}.log"
             casualties.append(f"board {board.key}@{board.port} died; its log:\n{_log_tail(log)}")
+            farm.boards.remove(board)
+            farm.add_board(board.key)
+    try:  # alive but gone from the tracker (a board re-registers within seconds of a tracker restart)
+        farm.wait_for_boards(REREGISTER_S)
+    except FarmError as exc:
+        casualties.append(f"a board is alive but not registered: {exc}")
+        for board in list(farm.boards):
+            stop_pid(board.pid)
             farm.boards.remove(board)
             farm.add_board(board.key)
     return casualties
