@@ -14,7 +14,8 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -255,3 +256,80 @@ def run_attempt(
         # and a board stays busy until its session closes, so collect now rather than whenever.
         del session
         gc.collect()
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one attempt runs on a board: the job, its build and artifact, the inputs and reference outputs."""
+
+    job: Job
+    build: Build
+    artifact: bytes
+    inputs: dict[str, np.ndarray]
+    reference: list[np.ndarray]
+    builds_in_flight: int | None  # build tasks running on the farm's machine as it started (for the record)
+
+
+class SessionRunner:
+    """A Runner (workers/executors/base.py) made of one board session: subclasses say what runs on it.
+
+    ``on_board`` runs the job on a checked board; ``run_fields`` are the fields every Run of the
+    executor carries (unit, emulated); a runner with ``golden_check`` health-checks boards first.
+    """
+
+    run_fields: ClassVar[dict[str, Any]] = {}
+    # Whether the board's architecture is checked against the artifact's first (``arch_mismatch``).
+    checks_arch: ClassVar[bool] = True
+
+    def golden_check(self, remote: Any, golden: GoldenModel, job: Job) -> str | None:
+        """None when the golden model's outputs match on the board, else the problem (no check: None)."""
+        return None
+
+    health_checked: ClassVar[bool] = False  # whether ``golden_check`` is a real check
+
+    def on_board(self, session: Session, attempt: Attempt, base: dict[str, Any]) -> Run:
+        """Run the attempt on the session's board; ``base`` holds the fields of every Run of the attempt."""
+        raise NotImplementedError
+
+    def run(
+        self,
+        job: Job,
+        build: Build,
+        artifact: bytes,
+        inputs: dict[str, np.ndarray],
+        reference: list[np.ndarray],
+        tracker: str,
+        attempt: int = 1,
+        builds_in_flight: int | None = None,
+        *,
+        avoid: frozenset[str] = frozenset(),
+        prefer_not: frozenset[str] = frozenset(),
+        registration_wait_s: float | None = None,
+        golden: GoldenModel | None = None,
+        checked_boards: frozenset[str] = frozenset(),
+    ) -> Run:
+        """Check the job's outputs against the reference on a board of its key, then time it."""
+
+        this = Attempt(job, build, artifact, inputs, reference, builds_in_flight)
+
+        def on_board(session: Session, base: dict[str, Any]) -> Run:
+            if self.checks_arch:
+                wrong_arch = arch_mismatch(session, job, build, base)
+                if wrong_arch is not None:
+                    return wrong_arch
+            return self.on_board(session, this, base)
+
+        return run_attempt(
+            job,
+            build,
+            artifact,
+            tracker,
+            run_base(job, attempt, **self.run_fields),
+            on_board,
+            golden=golden if self.health_checked else None,
+            golden_check=self.golden_check if self.health_checked else None,
+            checked_boards=checked_boards,
+            avoid=avoid,
+            prefer_not=prefer_not,
+            registration_wait_s=registration_wait_s,
+        )

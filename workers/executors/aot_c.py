@@ -10,12 +10,11 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from core.errors import one_line
-from core.health import GoldenModel
 from core.records import Build, Job, Run, TargetSpec, canonical_hash
 from workers.aot import AotUnsupported
 from workers.aot.boards import board_for_target, is_mcu_target
@@ -23,7 +22,7 @@ from workers.aot.build import build_firmware, pack_artifact, unpack_artifact
 from workers.aot.firmware import toolchain_missing
 from workers.aot.kernels import KERNEL_PATHS
 from workers.aot.runner import pack_inputs
-from workers.board_session import board_facts, check_outputs, ok_run, run_attempt, run_base
+from workers.board_session import Attempt, SessionRunner, board_facts, check_outputs, ok_run
 from workers.build_common import build_identity, pass_trace_instrument
 from workers.executors.base import Executor
 from workers.program_index import ClaimFn
@@ -130,89 +129,52 @@ class AotCBuilder:
         return build_aot_job(job, model_data)
 
 
-class AotCRunner:
+class AotCRunner(SessionRunner):
     """Runner of the aot-c executor: the firmware under the board's MCU agent, counted in instructions."""
 
-    def run(
-        self,
-        job: Job,
-        build: Build,
-        artifact: bytes,
-        inputs: dict[str, np.ndarray],
-        reference: list[np.ndarray],
-        tracker: str,
-        attempt: int = 1,
-        builds_in_flight: int | None = None,
-        *,
-        avoid: frozenset[str] = frozenset(),
-        prefer_not: frozenset[str] = frozenset(),
-        registration_wait_s: float | None = None,
-        golden: GoldenModel | None = None,
-        checked_boards: frozenset[str] = frozenset(),
-    ) -> Run:
-        """Run the firmware on a board of the job's key, check outputs, store instruction counts."""
+    run_fields: ClassVar[dict[str, Any]] = {"emulated": True, "unit": UNIT}
+    checks_arch = False  # the MCU agent's facts name the board's CPU: on_board compares it with the firmware's
 
-        def on_board(session: Session, base: dict[str, Any]) -> Run:
-            return _on_board(session, job, build, artifact, inputs, builds_in_flight, reference, base)
-
-        return run_attempt(
-            job,
-            build,
-            artifact,
-            tracker,
-            run_base(job, attempt, emulated=True, unit=UNIT),
-            on_board,
-            avoid=avoid,
-            prefer_not=prefer_not,
-            registration_wait_s=registration_wait_s,
+    def on_board(self, session: Session, attempt: Attempt, base: dict[str, Any]) -> Run:
+        job, build, artifact = attempt.job, attempt.build, attempt.artifact
+        inputs, reference, builds_in_flight = attempt.inputs, attempt.reference, attempt.builds_in_flight
+        remote, settings = session.remote, job.measure
+        facts = board_facts(remote) or {}
+        base["board_facts"] = facts
+        mcu = facts.get("mcu") or {}
+        if mcu.get("cpu") != build.artifact_arch:
+            return Run(
+                status="build",
+                finished_at=time.time(),
+                error=f"firmware is for {build.artifact_arch} but board {session.board_id} is "
+                f"{mcu.get('cpu') or 'not a microcontroller agent'}: use the preset whose board_key it serves",
+                **base,
+            )
+        manifest, elf = unpack_artifact(artifact)
+        payload = pack_inputs(
+            [np.ascontiguousarray(inputs[name], dtype=dtype).tobytes() for name, _, dtype in job.model.inputs],
+            settings.repeat,
         )
-
-
-def _on_board(
-    session: Session,
-    job: Job,
-    build: Build,
-    artifact: bytes,
-    inputs: dict[str, np.ndarray],
-    builds_in_flight: int | None,
-    reference: list[np.ndarray],
-    base: dict[str, Any],
-) -> Run:
-    remote, settings = session.remote, job.measure
-    facts = board_facts(remote) or {}
-    base["board_facts"] = facts
-    mcu = facts.get("mcu") or {}
-    if mcu.get("cpu") != build.artifact_arch:
-        return Run(
-            status="build",
-            finished_at=time.time(),
-            error=f"firmware is for {build.artifact_arch} but board {session.board_id} is "
-            f"{mcu.get('cpu') or 'not a microcontroller agent'}: use the preset whose board_key it serves",
-            **base,
+        # The emulator gets the session's deadline minus a margin to report back before the session ends.
+        deadline = max(1.0, settings.session_timeout_s - 5.0)
+        answer = json.loads(
+            remote.get_function(MCU_RUN_FUNCTION)(bytearray(elf), bytearray(payload), settings.repeat, deadline)
         )
-    manifest, elf = unpack_artifact(artifact)
-    payload = pack_inputs(
-        [np.ascontiguousarray(inputs[name], dtype=dtype).tobytes() for name, _, dtype in job.model.inputs],
-        settings.repeat,
-    )
-    # The emulator gets the session's deadline minus a margin to report back before the session ends.
-    deadline = max(1.0, settings.session_timeout_s - 5.0)
-    answer = json.loads(
-        remote.get_function(MCU_RUN_FUNCTION)(bytearray(elf), bytearray(payload), settings.repeat, deadline)
-    )
-    base["board_facts"] = {**facts, "mcu_run": {k: v for k, v in answer.items() if k != "outputs"}}
-    if answer["status"] == "timeout":
-        return Run(status="timeout", error=f"{session.board_id}: {answer['error']}", finished_at=time.time(), **base)
-    if answer["status"] != "ok":
-        return Run(status="build", error=f"{session.board_id}: {answer['error']}", finished_at=time.time(), **base)
-    outputs = decode_outputs(manifest, base64.b64decode(answer["outputs"]))
-    max_abs, max_rel, wrong = check_outputs(outputs, reference, settings, base)
-    if wrong is not None:
-        return wrong
-    # The "_ms" fields hold instruction counts here: base carries unit="instructions".
-    return ok_run(
-        answer["instructions"], max_abs_err=max_abs, max_rel_err=max_rel, builds_in_flight=builds_in_flight, **base
-    )
+        base["board_facts"] = {**facts, "mcu_run": {k: v for k, v in answer.items() if k != "outputs"}}
+        if answer["status"] == "timeout":
+            return Run(
+                status="timeout", error=f"{session.board_id}: {answer['error']}", finished_at=time.time(), **base
+            )
+        if answer["status"] != "ok":
+            return Run(status="build", error=f"{session.board_id}: {answer['error']}", finished_at=time.time(), **base)
+        outputs = decode_outputs(manifest, base64.b64decode(answer["outputs"]))
+        max_abs, max_rel, wrong = check_outputs(outputs, reference, settings, base)
+        if wrong is not None:
+            return wrong
+        # The "_ms" fields hold instruction counts here: base carries unit="instructions".
+        return ok_run(
+            answer["instructions"], max_abs_err=max_abs, max_rel_err=max_rel, builds_in_flight=builds_in_flight, **base
+        )
 
 
 def _is_mcu(target: TargetSpec) -> bool:

@@ -16,9 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from core.health import GoldenModel
 from core.records import Build, Job, Run, canonical_hash
-from workers.board_session import arch_mismatch, check_outputs, ok_run, run_attempt, run_base
+from workers.board_session import Attempt, SessionRunner, check_outputs, ok_run
 from workers.build_common import build_identity
 from workers.executors.base import Executor, not_mcu
 from workers.phases import PhaseLog
@@ -45,110 +44,70 @@ class OnnxRuntimeBuilder:
         ), model_data
 
 
-class OnnxRuntimeRunner:
-    """The ONNX model under the board's own ONNX Runtime (needs workers/board_agent.py on the board)."""
+class OnnxRuntimeRunner(SessionRunner):
+    """The ONNX model under the board's own ONNX Runtime (needs workers/board_agent.py on the board).
 
-    def run(
-        self,
-        job: Job,
-        build: Build,
-        artifact: bytes,
-        inputs: dict[str, np.ndarray],
-        reference: list[np.ndarray],
-        tracker: str,
-        attempt: int = 1,
-        builds_in_flight: int | None = None,
-        *,
-        avoid: frozenset[str] = frozenset(),
-        prefer_not: frozenset[str] = frozenset(),
-        registration_wait_s: float | None = None,
-        golden: GoldenModel | None = None,
-        checked_boards: frozenset[str] = frozenset(),
-    ) -> Run:
-        """Check and time the model on a board of the job's key (no golden model: see its registry entry)."""
+    No golden model: see its registry entry.
+    """
 
-        def on_board(session: Session, base: dict[str, Any]) -> Run:
-            return _on_board(session, job, build, artifact, inputs, reference, builds_in_flight, base)
+    def on_board(self, session: Session, attempt: Attempt, base: dict[str, Any]) -> Run:
+        import tvm
 
-        return run_attempt(
-            job,
-            build,
-            artifact,
-            tracker,
-            run_base(job, attempt),
-            on_board,
-            avoid=avoid,
-            prefer_not=prefer_not,
-            registration_wait_s=registration_wait_s,
-        )
+        job, build, model = attempt.job, attempt.build, attempt.artifact
+        inputs, reference, builds_in_flight = attempt.inputs, attempt.reference, attempt.builds_in_flight
+        remote, settings = session.remote, job.measure
+        try:
+            run_fn = remote.get_function("tvmbench.onnxruntime")
+        except Exception:
+            run_fn = None
+        if run_fn is None:
+            return Run(
+                status="build",
+                error=f"{base['board_id']} runs a stock TVM RPC server: the onnxruntime executor needs "
+                "workers/board_agent.py on the board",
+                finished_at=time.time(),
+                **base,
+            )
+        name = f"tvmbench-{build.artifact_sha256[:16]}.onnx"
+        log = PhaseLog()
+        log.read_memory(remote, "before_load")
+        log.upload(remote, model, name)
+        log.notes["load"] = log.notes["first_inference"] = {
+            "available": False,
+            "reason": "ONNX Runtime loads and runs inside the agent's tvmbench.onnxruntime call (not timed apart)",
+        }
+        names = [n for n, _, _ in job.model.inputs]
+        dev = remote.cpu(0)
+        args = [tvm.runtime.tensor(inputs[n], dev) for n in names]
+        load = os.getloadavg()[0]
+        answer = json.loads(run_fn(name, settings.number, 1, json.dumps(names), *args))
+        if not answer.get("available"):
+            return Run(
+                status="build", error=f"{base['board_id']}: {answer.get('reason')}", finished_at=time.time(), **base
+            )
+        outputs = [np.load(io.BytesIO(base64.b64decode(o)), allow_pickle=False) for o in answer["outputs"]]
+        max_abs, max_rel, wrong = check_outputs(outputs, reference, settings, base)
+        if wrong is not None:
+            return wrong
 
+        def timer(k: int) -> list[float]:  # each ask opens a fresh InferenceSession on the board, untimed
+            return json.loads(run_fn(name, settings.number, k, json.dumps(names), *args))["samples_ms"]
 
-def _on_board(
-    session: Session,
-    job: Job,
-    build: Build,
-    model: bytes,
-    inputs: dict[str, np.ndarray],
-    reference: list[np.ndarray],
-    builds_in_flight: int | None,
-    base: dict[str, Any],
-) -> Run:
-    import tvm
-
-    wrong_arch = arch_mismatch(session, job, build, base)
-    if wrong_arch is not None:
-        return wrong_arch
-    remote, settings = session.remote, job.measure
-    try:
-        run_fn = remote.get_function("tvmbench.onnxruntime")
-    except Exception:
-        run_fn = None
-    if run_fn is None:
-        return Run(
-            status="build",
-            error=f"{base['board_id']} runs a stock TVM RPC server: the onnxruntime executor needs "
-            "workers/board_agent.py on the board",
-            finished_at=time.time(),
+        log.read_state(remote, "before")
+        sampled = sample(timer, SamplingPlan.from_settings(settings))
+        log.read_state(remote, "after")
+        log.read_memory(remote, "after_runs")
+        if settings.profile:
+            base["kernel_profile"] = {"available": False, "reason": "the onnxruntime executor has no per-kernel view"}
+        return ok_run(
+            sampled.samples_ms,
+            max_abs_err=max_abs,
+            max_rel_err=max_rel,
+            load_avg_1m=load,
+            builds_in_flight=builds_in_flight,
+            **log.fields(sampled),
             **base,
         )
-    name = f"tvmbench-{build.artifact_sha256[:16]}.onnx"
-    log = PhaseLog()
-    log.read_memory(remote, "before_load")
-    log.upload(remote, model, name)
-    log.notes["load"] = log.notes["first_inference"] = {
-        "available": False,
-        "reason": "ONNX Runtime loads and runs inside the agent's tvmbench.onnxruntime call (not timed apart)",
-    }
-    names = [n for n, _, _ in job.model.inputs]
-    dev = remote.cpu(0)
-    args = [tvm.runtime.tensor(inputs[n], dev) for n in names]
-    load = os.getloadavg()[0]
-    answer = json.loads(run_fn(name, settings.number, 1, json.dumps(names), *args))
-    if not answer.get("available"):
-        return Run(status="build", error=f"{base['board_id']}: {answer.get('reason')}", finished_at=time.time(), **base)
-    outputs = [np.load(io.BytesIO(base64.b64decode(o)), allow_pickle=False) for o in answer["outputs"]]
-    max_abs, max_rel, wrong = check_outputs(outputs, reference, settings, base)
-    if wrong is not None:
-        return wrong
-
-    def timer(k: int) -> list[float]:  # each ask opens a fresh InferenceSession on the board, untimed
-        return json.loads(run_fn(name, settings.number, k, json.dumps(names), *args))["samples_ms"]
-
-    log.read_state(remote, "before")
-    sampled = sample(timer, SamplingPlan.from_settings(settings))
-    log.read_state(remote, "after")
-    log.read_memory(remote, "after_runs")
-    if settings.profile:
-        base["kernel_profile"] = {"available": False, "reason": "the onnxruntime executor has no per-kernel view"}
-    return ok_run(
-        sampled.samples_ms,
-        max_abs_err=max_abs,
-        max_rel_err=max_rel,
-        load_avg_1m=load,
-        builds_in_flight=builds_in_flight,
-        **log.fields(sampled),
-        **base,
-    )
 
 
 # The golden model is a Relax VM program: boards of this runner are not health-checked.

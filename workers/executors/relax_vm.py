@@ -30,7 +30,7 @@ from core.errors import one_line
 from core.health import GoldenModel
 from core.records import Build, Job, Run, canonical_hash
 from workers.artifacts import elf_arch
-from workers.board_session import arch_mismatch, check_outputs, ok_run, run_attempt, run_base
+from workers.board_session import Attempt, SessionRunner, check_outputs, ok_run
 from workers.build_common import build_identity, make_target, pass_trace_instrument
 from workers.executors.base import Executor, not_mcu
 from workers.memory_plan import memory_plan_probe
@@ -354,62 +354,19 @@ def run_golden(remote: Any, golden: GoldenModel, job: Job) -> str | None:
     return problem
 
 
-class RelaxVmRunner:
+class RelaxVmRunner(SessionRunner):
     """Runner of the Relax VM executors over TVM RPC, health-checked with the golden model."""
 
-    def run(
-        self,
-        job: Job,
-        build: Build,
-        artifact: bytes,
-        inputs: dict[str, np.ndarray],
-        reference: list[np.ndarray],
-        tracker: str,
-        attempt: int = 1,
-        builds_in_flight: int | None = None,
-        *,
-        avoid: frozenset[str] = frozenset(),
-        prefer_not: frozenset[str] = frozenset(),
-        registration_wait_s: float | None = None,
-        golden: GoldenModel | None = None,
-        checked_boards: frozenset[str] = frozenset(),
-    ) -> Run:
-        """Check the job's outputs against the reference on a board of its key, then time it."""
+    health_checked = True
 
-        def on_board(session: Session, base: dict[str, Any]) -> Run:
-            return self._on_board(session, job, build, artifact, inputs, reference, builds_in_flight, base)
+    def golden_check(self, remote: Any, golden: GoldenModel, job: Job) -> str | None:
+        return run_golden(remote, golden, job)
 
-        return run_attempt(
-            job,
-            build,
-            artifact,
-            tracker,
-            run_base(job, attempt),
-            on_board,
-            golden=golden,
-            golden_check=run_golden,
-            checked_boards=checked_boards,
-            avoid=avoid,
-            prefer_not=prefer_not,
-            registration_wait_s=registration_wait_s,
-        )
-
-    def _on_board(
-        self,
-        session: Session,
-        job: Job,
-        build: Build,
-        artifact: bytes,
-        inputs: dict[str, np.ndarray],
-        reference: list[np.ndarray],
-        builds_in_flight: int | None,
-        base: dict[str, Any],
-    ) -> Run:
+    def on_board(self, session: Session, attempt: Attempt, base: dict[str, Any]) -> Run:
         import tvm
 
-        wrong_arch = arch_mismatch(session, job, build, base)
-        if wrong_arch is not None:
-            return wrong_arch
+        job, build, artifact = attempt.job, attempt.build, attempt.artifact
+        inputs, reference, builds_in_flight = attempt.inputs, attempt.reference, attempt.builds_in_flight
         remote, settings = session.remote, job.measure
         dev = device(remote, job)
         log = PhaseLog()  # workers/phases.py: upload, load, first inference, memory and board state apart
