@@ -23,14 +23,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Insert, case, create_engine, event, func, select, update
+from sqlalchemy import case, create_engine, event, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from core import records
-from core.errors import describe_missing
+from core.errors import describe_missing, one_line
 from core.health import next_state
 from core.pass_trace import compact_split, expand, pipeline_passes
 from db import models as m
@@ -86,6 +86,25 @@ def check_sqlite_path(path: Path) -> None:
         raise StoreError(f"{path}: folder {path.parent} {describe_missing(path.parent)}: create it or fix the path")
 
 
+SUPPORTED_BACKENDS = ("sqlite", "postgresql")
+
+
+def check_backend(url: str) -> None:
+    """StoreError unless ``url`` is a SQLAlchemy URL of a supported backend (not, say, a driver import error)."""
+    try:
+        backend = make_url(url).get_backend_name()
+    except Exception as exc:  # sqlalchemy.exc.ArgumentError, ValueError: not a URL at all
+        raise StoreError(
+            f"{url!r} is not a database URL ({one_line(exc)}): use sqlite:///path/results.db or "
+            "postgresql+psycopg://user@host/db"
+        ) from None
+    if backend not in SUPPORTED_BACKENDS:
+        raise StoreError(
+            f"{url}: {backend!r} databases are not supported: use sqlite:///path/results.db or "
+            "postgresql+psycopg://user@host/db"
+        )
+
+
 def _writable(path: Path) -> bool:
     return os.access(path.parent, os.W_OK) and (not path.exists() or os.access(path, os.W_OK))
 
@@ -98,6 +117,7 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
     PostgreSQL sessions start with ``default_transaction_read_only`` (ResultStore asks for that only
     with ``never_write``).
     """
+    check_backend(url)
     path = sqlite_path(url) if url.startswith("sqlite") else None
     if path is not None and read_only:
         from urllib.parse import quote
@@ -136,14 +156,41 @@ def _sqlite_connect(uri: str) -> Any:
     return sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
 
 
-def _insert(session: Session, model: type[m.Base], values: dict[str, Any]) -> Insert:
-    """A dialect INSERT that supports ON CONFLICT (PostgreSQL and SQLite, the two supported backends)."""
+_DIALECT_INSERT = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
+_STATEMENTS: dict[tuple[Any, ...], Any] = {}
+
+
+def conflict_insert(
+    session: Session,
+    model: type[m.Base],
+    columns: Any,
+    conflict: list[str],
+    *,
+    update: bool = False,
+    returning: str | None = None,
+) -> Any:
+    """INSERT ... ON CONFLICT (conflict) DO NOTHING (or, with ``update``, DO UPDATE of ``columns``).
+
+    The values go to ``session.execute`` as parameters: the statement is built once per shape rather
+    than once per row (building it with ``.values()`` each time was most of a write's cost in a sweep).
+    PostgreSQL and SQLite, the two supported backends, both have ON CONFLICT.
+    """
     dialect = session.get_bind().dialect.name
-    if dialect == "postgresql":
-        return postgresql.insert(model).values(**values)
-    if dialect == "sqlite":
-        return sqlite.insert(model).values(**values)
-    raise ValueError(f"unsupported database {dialect!r}: use sqlite:///path or postgresql+psycopg://host/db")
+    key = (dialect, model, tuple(columns), tuple(conflict), update, returning)
+    stmt = _STATEMENTS.get(key)
+    if stmt is None:
+        if dialect not in _DIALECT_INSERT:
+            raise ValueError(f"unsupported database {dialect!r}: use sqlite:///path or postgresql+psycopg://host/db")
+        insert = _DIALECT_INSERT[dialect](model)
+        if update:
+            changed = {k: insert.excluded[k] for k in columns if k not in conflict}
+            stmt = insert.on_conflict_do_update(index_elements=conflict, set_=changed)
+        else:
+            stmt = insert.on_conflict_do_nothing(index_elements=conflict)
+        if returning is not None:
+            stmt = stmt.returning(getattr(model, returning))
+        _STATEMENTS[key] = stmt
+    return stmt
 
 
 def insert_ignore(session: Session, model: type[m.Base], values: dict[str, Any], conflict: list[str]) -> bool:
@@ -152,17 +199,14 @@ def insert_ignore(session: Session, model: type[m.Base], values: dict[str, Any],
     A concurrent writer inserting the same key makes this one wait for its commit and then do nothing,
     instead of failing with an IntegrityError that would roll back the whole transaction.
     """
-    stmt = _insert(session, model, values).on_conflict_do_nothing(index_elements=conflict)
     # RETURNING rather than rowcount: drivers differ in what rowcount says for a skipped row.
-    key = getattr(model, conflict[0])
-    return session.execute(stmt.returning(key)).first() is not None
+    stmt = conflict_insert(session, model, values, conflict, returning=conflict[0])
+    return session.execute(stmt, values).first() is not None
 
 
 def upsert(session: Session, model: type[m.Base], values: dict[str, Any], conflict: list[str]) -> None:
     """INSERT ... ON CONFLICT (conflict) DO UPDATE: the row ends up with ``values`` whoever wrote first."""
-    stmt = _insert(session, model, values)
-    changed = {k: stmt.excluded[k] for k in values if k not in conflict}
-    session.execute(stmt.on_conflict_do_update(index_elements=conflict, set_=changed))
+    session.execute(conflict_insert(session, model, values, conflict, update=True), values)
 
 
 _MIGRATION_LOCK = 0x7476_6D62  # "tvmb": the PostgreSQL advisory lock key that serialises migrations
@@ -217,6 +261,7 @@ class ResultStore:
         a schema other than the newest is a StoreError saying what to run.
         """
         self.url = url or default_url()
+        check_backend(self.url)
         path = sqlite_path(self.url)
         if path is not None:
             check_sqlite_path(path)
@@ -547,8 +592,8 @@ class ResultStore:
                 "finished_at": _ts(run.finished_at),
             }
             # A second writer of the same attempt (a retried task, another driver) keeps the first row.
-            stmt = _insert(s, m.Run, values).on_conflict_do_nothing(index_elements=["job_id", "attempt"])
-            run_id = s.execute(stmt.returning(m.Run.id)).scalar()
+            stmt = conflict_insert(s, m.Run, values, ["job_id", "attempt"], returning="id")
+            run_id = s.execute(stmt, values).scalar()
             if run_id is not None and run.board_id:
                 self._touch_board(s, run)
             if run_id is None:

@@ -466,3 +466,39 @@ def test_a_report_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
         pytest.skip("no /dev/full here")
     result = invoke("report", "optsweep0001", "-o", "/dev/full", "--db", _stored_sweep(tmp_path))
     assert result.exit_code == 1 and "cannot write the report to /dev/full" in one_error_line(result), result.output
+
+
+# --- found on the second pass: addresses, ports and database URLs ---------------------------------
+
+
+@pytest.mark.parametrize("address", ["notanaddr", "127.0.0.1:", ":9190", "127.0.0.1:99999", "127.0.0.1:0"])
+@pytest.mark.parametrize("command", [("farm", "list"), ("sweep", "resume", "deadbeef")])
+def test_a_malformed_tracker_address_is_one_line(home: Path, command: tuple[str, ...], address: str) -> None:
+    result = invoke(*command, "--tracker", address)
+    assert result.exit_code == 2
+    line = one_error_line(result)
+    assert repr(address) in line and "HOST:PORT" in line, line
+
+
+def test_a_malformed_tracker_in_the_environment_names_the_variable(home: Path, monkeypatch) -> None:
+    monkeypatch.setenv("TVMBENCH_TRACKER", "localhost")
+    result = invoke("farm", "list")
+    assert result.exit_code == 2 and "TVMBENCH_TRACKER" in one_error_line(result)
+
+
+@pytest.mark.parametrize(("command", "port"), [(("serve",), "99999"), (("serve",), "-5"), (("farm", "up"), "70000")])
+def test_a_port_out_of_range_is_one_line(home: Path, command: tuple[str, ...], port: str) -> None:
+    result = invoke(*command, "--port", port)
+    assert result.exit_code == 2
+    assert f"--port {port}: must be at least 0 and below 65536" in one_error_line(result)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [("mysql://user@host/db", "'mysql' databases are not supported"), ("results.db", "is not a database URL")],
+)
+def test_an_unsupported_database_url_says_what_is_supported(home: Path, url: str, expected: str) -> None:
+    result = invoke("results", "list", "--db", url)
+    assert result.exit_code == 1
+    line = one_error_line(result)
+    assert expected in line and "sqlite:///" in line and "postgresql+psycopg://" in line, line

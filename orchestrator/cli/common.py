@@ -37,20 +37,33 @@ DbOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-TrackerOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--tracker",
-        envvar="TVMBENCH_TRACKER",
-        help="HOST:PORT of a TVM RPC tracker (default: the farm from `farm up`/`farm connect`, else a local one).",
-    ),
-]
 
 
 def fail(message: str, code: int = 1) -> None:
     """Print one error line and exit non-zero."""
     err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def checked_tracker(value: str | None) -> str | None:
+    """The --tracker value when it is HOST:PORT with a port in 1-65535; else one error line (exit 2)."""
+    if value is None:
+        return None
+    host, _, port = value.strip().rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        fail(f"tracker {value!r} (--tracker or TVMBENCH_TRACKER): expected HOST:PORT, e.g. 127.0.0.1:9190", code=2)
+    return value.strip()
+
+
+TrackerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tracker",
+        envvar="TVMBENCH_TRACKER",
+        callback=checked_tracker,
+        help="HOST:PORT of a TVM RPC tracker (default: the farm from `farm up`/`farm connect`, else a local one).",
+    ),
+]
 
 
 def check_range(option: str, value: float, low: float, high: float | None = None, *, open_low: bool = False) -> None:

@@ -15,6 +15,7 @@ from orchestrator.cli.common import (
     JsonOpt,
     TrackerOpt,
     call,
+    check_range,
     console,
     fail,
     home,
@@ -45,6 +46,8 @@ def farm_up(
     ] = None,
 ) -> None:
     """Start a local tracker and N board agents that stay up until `farm down`."""
+    if port is not None:
+        check_range("--port", port, 0, 65536)  # 0: a free one, like the default
     local = call(farm.up, home(), {key: boards}, board or [], host=host, port=port, note=note)
     wanted: dict[str, int] = {}
     for b in local.boards:

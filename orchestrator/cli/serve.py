@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cli.common import DbOpt, fail
+from orchestrator.cli.common import DbOpt, check_range, checked_tracker, fail
 from orchestrator.farm import LOOPBACK
 
 
@@ -22,7 +22,11 @@ def serve(
     ] = False,
     tracker: Annotated[
         str | None,
-        typer.Option("--tracker", help="HOST:PORT of a TVM RPC tracker: the Farm page also shows its boards."),
+        typer.Option(
+            "--tracker",
+            callback=checked_tracker,
+            help="HOST:PORT of a TVM RPC tracker: the Farm page also shows its boards.",
+        ),
     ] = None,
 ) -> None:
     """A live, read-only dashboard of the results database in the browser: sweeps, jobs, compare, history, farm.
@@ -33,6 +37,7 @@ def serve(
     from dashboard.server import ServeError
     from dashboard.server import serve as run
 
+    check_range("--port", port, 0, 65536)
     try:
         run(db, host, port, allow_remote=allow_remote, tracker=tracker)
     except ServeError as exc:
