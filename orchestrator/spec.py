@@ -318,10 +318,9 @@ def _target(where: str, table: Any) -> TargetSpec:
     ):
         if key in table:
             _typed(f"{where}.{key}", table[key], kind, hint)
-    spec = resolve_target(name, table)
-    if "arch" not in table and spec.arch == "":
-        raise SpecError(f'{where}: add arch = "aarch64" (or the board\'s uname -m)')
-    return spec
+    if "arch" not in table and name not in PRESETS:  # a preset's name brings its arch along
+        raise SpecError(f'{where}: add arch = "aarch64" (the board\'s `uname -m`) to target {name!r}')
+    return resolve_target(name, table)
 
 
 def _measure(data: dict[str, Any]) -> MeasureSettings:

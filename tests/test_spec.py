@@ -71,6 +71,10 @@ def test_bundled_model_by_name(tmp_path: Path) -> None:
             "targets[0].preset = 'pdp11' is unknown",
         ),
         (M + "[[targets]]\nname = 'x'\n", 'give preset = "host", or name'),
+        (
+            M + "[[targets]]\nname = 'mine'\ntarget = { kind = 'llvm' }\nboard_key = 'host'\n",
+            "targets[0]: add arch = \"aarch64\" (the board's `uname -m`) to target 'mine'",
+        ),
         ("models = 3\n", "models: add at least one [[models]] table"),
         ("name = [1]\n[[models]]\npath = 'tiny_cnn.onnx'\n", "name = [1]: expected a string"),
         ("colour = 'red'\n", "sweep file: unknown key 'colour'"),
