@@ -44,14 +44,25 @@ def default_home() -> Path:
     return Path(os.environ.get("TVMBENCH_HOME", Path.home() / ".tvmbench"))
 
 
+def ensure_home() -> Path:
+    """TVMBENCH_HOME, created if missing; StoreError naming it when it is not (and cannot be) a folder."""
+    home = default_home()
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        what = "is a file, not a folder" if home.is_file() else f"cannot be created ({exc.strerror or exc})"
+        raise StoreError(
+            f"TVMBENCH_HOME {home} {what}: point TVMBENCH_HOME at a folder tvmbench may write (default ~/.tvmbench)"
+        ) from None
+    return home
+
+
 def default_url() -> str:
     """TVMBENCH_DB, else a SQLite file under TVMBENCH_HOME."""
     url = os.environ.get("TVMBENCH_DB")
     if url:
         return url
-    home = default_home()
-    home.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{home / 'results.db'}"
+    return f"sqlite:///{ensure_home() / 'results.db'}"
 
 
 def _now() -> datetime:

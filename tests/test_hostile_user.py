@@ -502,3 +502,14 @@ def test_an_unsupported_database_url_says_what_is_supported(home: Path, url: str
     assert result.exit_code == 1
     line = one_error_line(result)
     assert expected in line and "sqlite:///" in line and "postgresql+psycopg://" in line, line
+
+
+@pytest.mark.parametrize("command", [("results", "list"), ("farm", "list"), ("sweep", "status", "x")])
+def test_tvmbench_home_that_is_a_file_is_one_line(tmp_path: Path, monkeypatch, command: tuple[str, ...]) -> None:
+    home = tmp_path / "home"
+    home.write_text("not a folder")
+    monkeypatch.setenv("TVMBENCH_HOME", str(home))
+    monkeypatch.delenv("TVMBENCH_DB", raising=False)
+    result = invoke(*command)
+    assert result.exit_code == 1
+    assert f"TVMBENCH_HOME {home} is a file, not a folder" in one_error_line(result)

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from answers.query import NoSuchJob, QueryError
 from core.errors import one_line
-from db.store import ResultStore, StoreError, default_home
+from db.store import ResultStore, StoreError, ensure_home
 from orchestrator.farm import FarmError
 from orchestrator.spec import SpecError, SweepSpec, load_spec
 from orchestrator.submit import NotFound, SubmitError
@@ -80,10 +80,12 @@ def note(message: str) -> None:
 
 
 def home() -> Path:
-    """TVMBENCH_HOME, created if missing."""
-    path = default_home()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """TVMBENCH_HOME, created if missing (one error line when it cannot be a folder)."""
+    try:
+        return ensure_home()
+    except StoreError as exc:
+        fail(str(exc))
+        raise  # unreachable: fail exits
 
 
 def open_store(db: str | None, read_only: bool = False) -> ResultStore:
