@@ -34,9 +34,10 @@ from workers.executors.base import Builder, Executor, Runner
 from workers.onnx_model import load_inputs_file, seeded_inputs
 from workers.program_index import remote_claim, reuse_key, start_index
 from workers.reference import reference_outputs, reference_problem
-from workers.tracker_client import tracker_summary
+from workers.tracker_client import registered_keys, tracker_summary
 
 CANCEL_POLL_S = 0.5  # how often a running sweep looks at its cancel flag
+BOARD_RECOUNT_S = 10.0  # how often the boards per key are counted again (measurements in flight per key)
 MAX_ATTEMPTS = 2  # an `infra` failure (board died) is retried once, on another board if the key has one
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 
@@ -203,6 +204,8 @@ class _Sweep:
         self.max_builds = max_builds or max(1, int(ray.available_resources().get("CPU", 1)))
         # Instruction counts under qemu -icount do not depend on the load: MCU boards need no fence.
         self.fenced = host_sharing_keys(tracker) - {t.board_key for t in spec.targets if _counts_instructions(t)}
+        self._boards_per_key: dict[str, int] = {}
+        self._boards_counted = -BOARD_RECOUNT_S
         self.model_data = {sha: path.read_bytes() for sha, path in spec.model_paths.items()}
         self.model_refs = {sha: ray.put(data) for sha, data in self.model_data.items()}
         self.references: dict[tuple[str, int], tuple[dict[str, np.ndarray], list[np.ndarray]]] = {}
@@ -269,7 +272,8 @@ class _Sweep:
         self.parked: dict[str, list[tuple[str, Build]]] = defaultdict(list)  # leader build key -> waiting builds
         self.no_reuse: set[str] = set()  # builds to compile themselves (the build they reused failed)
 
-        # Measurements wait per board key (one in flight per key); counters instead of scans of in_flight.
+        # Measurements wait per board key (as many in flight as the key has boards; one on this machine's
+        # cores); counters instead of scans of in_flight.
         waiting: dict[str, deque[tuple[Job, int]]] = defaultdict(deque)  # board key -> (leader job, attempt)
         measuring: Counter = Counter()  # board key -> measurements in flight
         self.builds_in_flight = 0  # build and golden tasks
@@ -306,17 +310,16 @@ class _Sweep:
         while to_build or any(waiting.values()) or in_flight:
             # Measurements first: a fenced board waits until the builds on this machine drain.
             for key, queue in waiting.items():
-                if not queue or measuring[key]:
-                    continue
-                job, attempt = queue[0]
-                if not self._golden_ready(job, in_flight, fenced_measuring()):
-                    continue  # its boards' golden model is being built (a Ray task like any build)
-                if key in self.fenced and self.builds_in_flight > 0:
-                    continue
-                queue.popleft()
-                ref = self._submit_measure(job, attempt, self.builds_in_flight)
-                in_flight[ref] = ("measure", (job, attempt))
-                measuring[key] += 1
+                while queue and measuring[key] < self._measure_slots(key):
+                    job, attempt = queue[0]
+                    if not self._golden_ready(job, in_flight, fenced_measuring()):
+                        break  # its boards' golden model is being built (a Ray task like any build)
+                    if key in self.fenced and self.builds_in_flight > 0:
+                        break
+                    queue.popleft()
+                    ref = self._submit_measure(job, attempt, self.builds_in_flight)
+                    in_flight[ref] = ("measure", (job, attempt))
+                    measuring[key] += 1
             fence_waiting = any(waiting[k] for k in self.fenced if k in waiting)
             while to_build and self.builds_in_flight < self.max_builds and not fenced_measuring() and not fence_waiting:
                 build_key = to_build.popleft()
@@ -431,6 +434,23 @@ class _Sweep:
         self.counts["trials_done"] = sum(d for d, _ in table.values())
         self.counts["trials_budget"] = sum(b for _, b in table.values())
         self.progress("tuning", dict(self.counts))
+
+    def _measure_slots(self, key: str) -> int:
+        """How many measurements of board key ``key`` may run at once: one per registered board.
+
+        A key whose boards share this machine's cores (fenced) gets one: two timings on the same cores
+        would disturb each other. Board counts are read from the tracker again every BOARD_RECOUNT_S
+        (boards join and leave a farm during a long sweep); a key with none still gets one slot, whose
+        measurement then reports it (pending-device).
+        """
+        if key in self.fenced:
+            return 1
+        now = time.monotonic()
+        if now - self._boards_counted >= BOARD_RECOUNT_S:
+            self._boards_counted = now
+            with contextlib.suppress(OSError):  # the tracker is restarting: keep the last counts
+                self._boards_per_key = registered_keys(tracker_summary(self.tracker))
+        return max(1, self._boards_per_key.get(key, 1))
 
     def _next_attempt(self, job_key: str) -> int:
         """The next attempt number of a job (counted here from what the store had when the run began)."""
