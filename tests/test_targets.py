@@ -142,3 +142,27 @@ device_wait_s = 5
     build = reads.job_detail(store, row["job_key"], spec.sweep_id)["build"]
     assert build["status"] == "ok" and build["artifact_sha256"]
     assert ArtifactCache(home / "artifacts").has(build["artifact_sha256"])
+
+
+def test_host_preset_builds_for_this_machines_cpu() -> None:
+    from tvm.target import codegen
+
+    cpu = codegen.llvm_get_system_cpu()
+    expected = {"kind": "llvm", "mcpu": cpu} if cpu and cpu != "generic" else {"kind": "llvm"}
+    assert PRESETS["host"].tvm_target == expected
+
+
+def test_host_cpu_is_asked_once_per_machine_then_cached(tmp_path: Path, monkeypatch) -> None:
+    from workers import targets
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("TVMBENCH_HOST_MCPU", raising=False)
+    asked: list[int] = []
+    monkeypatch.setattr(targets, "_ask_llvm_for_cpu", lambda: asked.append(1) or "cpu-x")
+    assert targets.host_cpu() == "cpu-x" and targets.host_cpu() == "cpu-x"
+    assert asked == [1]
+    assert json.loads((tmp_path / "tvmbench" / "host-cpu.json").read_text()) == {targets._cpu_fingerprint(): "cpu-x"}
+    monkeypatch.setenv("TVMBENCH_HOST_MCPU", "generic")
+    assert targets.host_cpu() is None
+    monkeypatch.setenv("TVMBENCH_HOST_MCPU", "skylake-avx512")
+    assert targets.host_cpu() == "skylake-avx512"
