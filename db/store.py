@@ -128,7 +128,6 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
     PostgreSQL sessions start with ``default_transaction_read_only`` (ResultStore asks for that only
     with ``never_write``).
     """
-    check_backend(url)
     path = sqlite_path(url) if url.startswith("sqlite") else None
     if path is not None and read_only:
         from urllib.parse import quote

@@ -274,18 +274,13 @@ class SessionRunner:
     """A Runner (workers/executors/base.py) made of one board session: subclasses say what runs on it.
 
     ``on_board`` runs the job on a checked board; ``run_fields`` are the fields every Run of the
-    executor carries (unit, emulated); a runner with ``golden_check`` health-checks boards first.
+    executor carries (unit, emulated); a runner with a ``golden_check`` health-checks boards first.
     """
 
     run_fields: ClassVar[dict[str, Any]] = {}
     # Whether the board's architecture is checked against the artifact's first (``arch_mismatch``).
     checks_arch: ClassVar[bool] = True
-
-    def golden_check(self, remote: Any, golden: GoldenModel, job: Job) -> str | None:
-        """None when the golden model's outputs match on the board, else the problem (no check: None)."""
-        return None
-
-    health_checked: ClassVar[bool] = False  # whether ``golden_check`` is a real check
+    golden_check: ClassVar[GoldenCheck | None] = None  # set with staticmethod(...)
 
     def on_board(self, session: Session, attempt: Attempt, base: dict[str, Any]) -> Run:
         """Run the attempt on the session's board; ``base`` holds the fields of every Run of the attempt."""
@@ -326,8 +321,8 @@ class SessionRunner:
             tracker,
             run_base(job, attempt, **self.run_fields),
             on_board,
-            golden=golden if self.health_checked else None,
-            golden_check=self.golden_check if self.health_checked else None,
+            golden=golden if self.golden_check is not None else None,
+            golden_check=self.golden_check,
             checked_boards=checked_boards,
             avoid=avoid,
             prefer_not=prefer_not,

@@ -49,13 +49,14 @@ def _ask_llvm_for_cpu() -> str | None:
     if "tvm" in sys.modules:
         from tvm.target import codegen
 
-        return str(codegen.llvm_get_system_cpu()) or None
-    code = "from tvm.target import codegen; print(codegen.llvm_get_system_cpu())"
-    try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    name = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+        name = str(codegen.llvm_get_system_cpu())
+    else:
+        code = "from tvm.target import codegen; print(codegen.llvm_get_system_cpu())"
+        try:
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        name = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
     return name if name and name != "generic" else None
 
 

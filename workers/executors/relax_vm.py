@@ -357,10 +357,7 @@ def run_golden(remote: Any, golden: GoldenModel, job: Job) -> str | None:
 class RelaxVmRunner(SessionRunner):
     """Runner of the Relax VM executors over TVM RPC, health-checked with the golden model."""
 
-    health_checked = True
-
-    def golden_check(self, remote: Any, golden: GoldenModel, job: Job) -> str | None:
-        return run_golden(remote, golden, job)
+    golden_check = staticmethod(run_golden)
 
     def on_board(self, session: Session, attempt: Attempt, base: dict[str, Any]) -> Run:
         import tvm
