@@ -2,7 +2,8 @@
 
 Every import counts, at module top or inside a function: a function-local import that hides a circle
 is still a circle. The layers, bottom up: core <- db <- workers <- orchestrator / answers <- dashboard
-(the web pages read answers/ and the farm's tracker view; only the `serve` command imports them).
+(the web pages read answers/ and the farm's tracker view; only the `serve` command imports them), and
+tvmbench (the Python API) on top, which nothing of ours imports.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("core", "db", "workers", "orchestrator", "answers", "dashboard")
+PACKAGES = ("core", "db", "workers", "orchestrator", "answers", "dashboard", "tvmbench")
 # package -> packages it must never import
 FORBIDDEN = {
-    "core": {"db", "workers", "orchestrator", "answers", "dashboard"},
-    "db": {"workers", "orchestrator", "answers", "dashboard"},
-    "workers": {"orchestrator", "answers", "dashboard"},
-    "answers": {"orchestrator", "workers", "dashboard"},
-    "dashboard": {"workers"},
+    "core": {"db", "workers", "orchestrator", "answers", "dashboard", "tvmbench"},
+    "db": {"workers", "orchestrator", "answers", "dashboard", "tvmbench"},
+    "workers": {"orchestrator", "answers", "dashboard", "tvmbench"},
+    "answers": {"orchestrator", "workers", "dashboard", "tvmbench"},
+    "dashboard": {"workers", "tvmbench"},
+    "orchestrator": {"tvmbench"},
 }
 
 
