@@ -95,6 +95,18 @@ def test_driver_killed_then_resume_finishes_only_what_is_missing(tmp_path: Path,
     farm_pids = [farm["tracker_pid"]] + [b["pid"] for b in farm["boards"]]
     wait_until(lambda: not any(psutil.pid_exists(p) for p in farm_pids), 15, f"farm processes {farm_pids} to exit")
 
+    # The killed driver's sweep reads as interrupted (not running), with the command that finishes it.
+    hint = f"tvmbench sweep resume {spec.sweep_id}"
+    listed = subprocess.run([TVMBENCH, "results", "sweeps", "--json"], capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    (row,) = json.loads(listed.stdout)
+    assert (row["status"], row["resume"], row["driver"]["pid"]) == ("interrupted", hint, driver.pid), row
+    shown = subprocess.run(
+        [TVMBENCH, "sweep", "status", spec.sweep_id, "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert (json.loads(shown.stdout)["state"], json.loads(shown.stdout)["resume"]) == ("interrupted", hint)
+
     resume = subprocess.run(
         [TVMBENCH, "sweep", "resume", spec.sweep_id, "--json"], capture_output=True, text=True, timeout=600
     )
@@ -108,6 +120,7 @@ def test_driver_killed_then_resume_finishes_only_what_is_missing(tmp_path: Path,
         # Jobs final before the kill were not run again.
         assert [r for r in _runs(db, spec.sweep_id) if r[0] in before] == runs_before
         assert store.get_sweep(spec.sweep_id).status == "complete"
+        assert reads.sweeps_overview(store)[0]["status"] == "complete"
     finally:
         store.close()
 
