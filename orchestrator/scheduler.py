@@ -675,6 +675,7 @@ class _Sweep:
         """
         ok, failed = [], {}
         for job in jobs:
+            self._heartbeat()  # references of big models take a while before the loop starts
             key = self._reference_key(job)
             if key not in failed:
                 try:
