@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Select, case, func, select
 
+from core import liveness
 from core.pass_trace import expand
 from core.records import FINAL_STATUSES, PENDING_STATUSES
 from db import models as m
@@ -184,12 +185,13 @@ def sweeps_overview(
     for sw in sweeps:
         counts = statuses.get(sw.id, {})
         final = sum(n for st, n in counts.items() if st in FINAL_STATUSES)
+        status = sweep_shown_status(sw)
         rows.append(
             {
                 "sweep_id": sw.id,
                 "name": sw.name,
                 "label": sw.label,
-                "status": sw.status,
+                "status": status,
                 "jobs": sw.job_count,
                 "final": final,
                 "ok": counts.get("ok", 0),
@@ -200,11 +202,26 @@ def sweeps_overview(
                 "finished_at": sw.finished_at.isoformat() if sw.finished_at else None,
                 "tvm_version": sw.tvm_version,
                 "source": sw.source_path,
+                "driver": sweep_driver(sw),
+                "resume": liveness.resume_hint(sw.id) if status == liveness.INTERRUPTED else None,
             }
         )
         if sw.id in tuning:
             rows[-1]["tuning_trials"], rows[-1]["tuning_budget"] = tuning[sw.id]
     return rows
+
+
+def sweep_shown_status(sweep: m.Sweep) -> str:
+    """The sweep's status as people see it: ``interrupted`` when it says running but its driver is gone."""
+    return liveness.shown_status(sweep.status, sweep.driver_host, sweep.driver_pid, sweep.heartbeat_at)
+
+
+def sweep_driver(sweep: m.Sweep) -> dict[str, Any] | None:
+    """Where the sweep's (last) driver ran and when it last said it was alive; None before migration 0007."""
+    if not sweep.driver_host:
+        return None
+    beat = sweep.heartbeat_at
+    return {"host": sweep.driver_host, "pid": sweep.driver_pid, "heartbeat_at": beat.isoformat() if beat else None}
 
 
 def _tuning_progress(s: Session, sweep_ids: list[str]) -> dict[str, tuple[int, int]]:

@@ -26,18 +26,21 @@ import onnx
 import psutil
 
 from core.records import FINAL_STATUSES
-from orchestrator.farm import BoardProcess, FarmError, LocalFarm, wait_until
+from orchestrator.farm import BoardProcess, LocalFarm, wait_until
 from orchestrator.spec import load_spec
 from workers import model_zoo
+from workers.executors.relax_vm import artifact_name
 
 TVMBENCH = str(Path(sys.executable).with_name("tvmbench"))
+# slow_matmul first: its builds and measurements come first in the plan, so the board kill (which waits
+# for one of its measurements) lands early and leaves jobs to show progress after each later fault.
 SWEEP = """name = "chaos"
+[[models]]
+path = "models/slow_matmul.onnx"
 [[models]]
 path = "models/tiny_mlp.onnx"
 [[models]]
 path = "models/tiny_cnn.onnx"
-[[models]]
-path = "models/slow_matmul.onnx"
 [axes]
 executor = ["vm-bytecode", "vm-compiled"]
 opt_level = [0, 2]
@@ -95,32 +98,63 @@ def _final_count(db: Path, sweep_id: str) -> int:
         return 0
 
 
+def _session_open(board: BoardProcess) -> bool:
+    """Whether a client holds an RPC session on the board now: a connection to its port is established."""
+    leader = psutil.Process(board.pid)
+    for proc in [leader, *leader.children(recursive=True)]:
+        for conn in proc.net_connections("inet"):
+            if conn.status == psutil.CONN_ESTABLISHED and conn.laddr.port == board.port:
+                return True
+    return False
+
+
 def board_in_session(farm: LocalFarm) -> BoardProcess | None:
     """A board serving an RPC session now: a client connection to its port is established."""
     for board in farm.boards:
         try:
-            leader = psutil.Process(board.pid)
-            for proc in [leader, *leader.children(recursive=True)]:
-                for conn in proc.net_connections("inet"):
-                    if conn.status == psutil.CONN_ESTABLISHED and conn.laddr.port == board.port:
-                        return board
+            if _session_open(board):
+                return board
         except psutil.NoSuchProcess:
             continue
     return None
 
 
-_session_seen: dict[int, float] = {}
+def _artifact_names(db: Path, sweep_id: str, model: str) -> set[str]:
+    """The file names the built artifacts of ``model`` in the sweep are uploaded under on a board."""
+    if not db.exists():
+        return set()
+    try:
+        with sqlite3.connect(db, timeout=30) as conn:
+            rows = conn.execute(
+                "SELECT DISTINCT b.artifact_sha256 FROM builds b JOIN jobs j ON j.build_key = b.build_key "
+                "WHERE j.sweep_id = ? AND j.model_name = ? AND b.artifact_sha256 IS NOT NULL",
+                (sweep_id, model),
+            ).fetchall()
+    except sqlite3.OperationalError:  # schema not there yet
+        return set()
+    return {artifact_name(sha) for (sha,) in rows}
 
 
-def _long_session(farm: LocalFarm, min_s: float = 0.5) -> BoardProcess | None:
-    """A board whose current session has lasted at least ``min_s``."""
-    board = board_in_session(farm)
-    now = time.monotonic()
-    if board is None:
-        _session_seen.clear()
+def board_measuring(farm: LocalFarm, db: Path, sweep_id: str, model: str) -> BoardProcess | None:
+    """A board in the middle of measuring ``model``: its open session holds that model's uploaded artifact.
+
+    The agent serves each session in a folder of its own (workers/board_agent.py chdirs there for the
+    session and removes it after): an artifact of ``model`` in the agent's folder means the session has
+    uploaded it and is loading or timing it now, which for slow_matmul lasts seconds. The client's
+    connection must still be open too, so that a session whose client has already let go (the folder is
+    removed a moment later) is not taken for one.
+    """
+    names = _artifact_names(db, sweep_id, model)
+    if not names:
         return None
-    first = _session_seen.setdefault(board.pid, now)
-    return board if now - first >= min_s else None
+    for board in farm.boards:
+        try:
+            folder = Path(psutil.Process(board.pid).cwd())
+            if names & set(os.listdir(folder)) and _session_open(board):
+                return board
+        except (psutil.Error, OSError):  # the board or its session folder just went
+            continue
+    return None
 
 
 def reconcile(db: Path, sweep_id: str, report: ChaosReport) -> None:
@@ -171,11 +205,14 @@ def run_chaos(workdir: Path, log: Callable[[str], None] = print, timeout_s: floa
                 env=env,
             )
         try:
-            wait_until(lambda: _final_count(db, spec.sweep_id) >= 1, timeout_s, "the first final row")
-            try:  # kill a board that has served one session for a while: a measurement, not a handshake
-                victim = wait_until(lambda: _long_session(farm), timeout_s, "a long session", interval_s=0.05)
-            except FarmError:
-                victim = farm.boards[0]
+            # Kill a board while it measures slow_matmul (seconds per session): the fault lands in a
+            # measurement however busy the machine, or the run fails here saying it never saw one.
+            victim = wait_until(
+                lambda: board_measuring(farm, db, spec.sweep_id, "slow_matmul"),
+                timeout_s,
+                "a board measuring slow_matmul",
+                interval_s=0.05,
+            )
             os.killpg(victim.pid, signal.SIGKILL)
             farm.boards.remove(victim)
             report.faults.append(f"board agent on port {victim.port} SIGKILLed")

@@ -394,7 +394,11 @@ class ResultStore:
         model_sizes: dict[str, int],
         tvm_version: str,
     ) -> bool:
-        """Record a sweep and its jobs as pending; True if the sweep is new, False if it existed."""
+        """Record a sweep and its jobs as pending; True if the sweep is new, False if it existed.
+
+        This process becomes the sweep's driver: its host, pid and a first heartbeat go on the row.
+        """
+        driver = {"driver_host": socket.gethostname(), "driver_pid": os.getpid(), "heartbeat_at": _now()}
 
         def write(s: Session) -> bool:
             # Sorted, so that two sweeps sharing models insert them in the same order (no deadlock).
@@ -418,10 +422,11 @@ class ResultStore:
                 "host": socket.gethostname(),
                 "tvm_version": tvm_version,
                 "created_at": _now(),
+                **driver,
             }
             new = insert_ignore(s, m.Sweep, sweep, ["id"])
             if not new:
-                s.execute(update(m.Sweep).where(m.Sweep.id == sweep_id).values(status="running"))
+                s.execute(update(m.Sweep).where(m.Sweep.id == sweep_id).values(status="running", **driver))
             # Jobs are inserted even when the sweep existed: a row lost to a crash between the two
             # inserts is recreated, and rows already there are left alone.
             for job in jobs:
@@ -449,6 +454,14 @@ class ResultStore:
             return new
 
         return self._write(write)
+
+    def heartbeat(self, sweep_id: str) -> None:
+        """The driver is alive: refresh its heartbeat (core/liveness.py reads it)."""
+
+        def write(s: Session) -> None:
+            s.execute(update(m.Sweep).where(m.Sweep.id == sweep_id).values(heartbeat_at=_now()))
+
+        self._write(write)
 
     def job_statuses(self, sweep_id: str) -> dict[str, str]:
         with self._sessions() as s:

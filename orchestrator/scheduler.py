@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sqlalchemy.exc import OperationalError
 
 from core.errors import one_line
 from core.health import GoldenModel
+from core.liveness import HEARTBEAT_S
 from core.records import PENDING_STATUSES, Build, Job, Run, canonical_hash
 from db.store import ResultStore
 from orchestrator import farm, health
@@ -224,6 +226,7 @@ class _Sweep:
         self.health_checks = health_checks
         self.cancelled = False
         self._cancel_polled = 0.0
+        self._beat_at = time.monotonic()  # begin_sweep wrote the first heartbeat
         # Tuned builds time candidates from inside their build task: the fence they and every other build
         # share is an actor (workers/fence.py); their trials reach the progress bar through another.
         from workers.fence import create_fence
@@ -335,6 +338,7 @@ class _Sweep:
                 )
                 in_flight[ref] = ("build", build_key)
                 self.builds_in_flight += 1
+            self._heartbeat()
             if self._cancel_requested():
                 self._cancel(in_flight, outcome)
                 return
@@ -461,6 +465,15 @@ class _Sweep:
         return self.executors[job.executor]
 
     # --- faults -------------------------------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        """Tell readers this driver is alive (core/liveness.py), at most every HEARTBEAT_S: one small UPDATE."""
+        now = time.monotonic()
+        if now - self._beat_at < HEARTBEAT_S:
+            return
+        self._beat_at = now
+        with contextlib.suppress(OperationalError):  # a missed beat is harmless; the next one is 5 s away
+            self.store.heartbeat(self.sweep_id)
 
     def _cancel_requested(self) -> bool:
         """Poll the sweep's cancel flag (set by `tvmbench sweep cancel`), at most every CANCEL_POLL_S."""
@@ -662,6 +675,7 @@ class _Sweep:
         """
         ok, failed = [], {}
         for job in jobs:
+            self._heartbeat()  # references of big models take a while before the loop starts
             key = self._reference_key(job)
             if key not in failed:
                 try:

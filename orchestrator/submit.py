@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from core import liveness
 from core.errors import one_line
 from core.records import FINAL_STATUSES, PENDING_STATUSES
 from orchestrator.farm import FarmError, wait_until
@@ -206,10 +207,12 @@ def sweep_status(sweep_ref: str, *, store: Any | None, ray_address: str | None) 
         if sweep is not None:
             counts = Counter(store.job_statuses(sweep.id).values())
             final = sum(n for s, n in counts.items() if s in FINAL_STATUSES)
+            # "running" with its driver gone (killed, its node lost) is "interrupted": say how to go on.
+            state = liveness.shown_status(sweep.status, sweep.driver_host, sweep.driver_pid, sweep.heartbeat_at)
             status.update(
                 sweep_id=sweep.id,
                 name=sweep.name,
-                state=sweep.status,
+                state=state,
                 jobs=sweep.job_count,
                 final=final,
                 ok=counts.get("ok", 0),
@@ -217,6 +220,8 @@ def sweep_status(sweep_ref: str, *, store: Any | None, ray_address: str | None) 
                 pending=sum(n for s, n in counts.items() if s in PENDING_STATUSES),
                 statuses=dict(counts),
             )
+            if state == liveness.INTERRUPTED:
+                status["resume"] = liveness.resume_hint(sweep.id)
     if ray_address:
         job = latest_submission(_client(ray_address), status["sweep_id"])
         if job is not None:
@@ -296,8 +301,10 @@ def cancel_local(store: Any, sweep_ref: str, *, wait_s: float = 30.0, poll_s: fl
     if sweep is None:
         raise NotFound(f"no sweep {sweep_ref!r} in {store.url}; `tvmbench results sweeps` lists them")
     before = store.request_cancel(sweep.id)
+    # A driver known to be gone (core/liveness.py) never answers the flag: no wait for it.
+    gone = liveness.driver_gone(sweep.driver_host, sweep.driver_pid, sweep.heartbeat_at)
     if before not in ("complete", "cancelled"):
-        if before in ("running", "cancelling"):
+        if before in ("running", "cancelling") and not gone:
             deadline = time.monotonic() + wait_s
             while time.monotonic() < deadline and store.sweep_status(sweep.id) == "cancelling":
                 time.sleep(poll_s)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -16,7 +17,7 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 from db.store import ResultStore
-from orchestrator.farm import FarmError, LocalFarm, free_port, stop_pid, wait_until
+from orchestrator.farm import FarmError, LocalFarm, free_port, provision_board, stop_pid, wait_until
 from workers import model_zoo
 from workers.tracker_client import registered_keys, tracker_summary
 
@@ -58,6 +59,32 @@ def ray_local() -> Iterator[None]:
     ensure_ray(num_cpus=2)
     yield
     ray.shutdown()
+
+
+ARM64_CACHE = Path(os.environ.get("TVMBENCH_ARM64_CACHE", Path.home() / ".cache" / "tvmbench" / "arm64-emu"))
+QEMU_AARCH64 = "qemu-aarch64-static"
+
+
+def provisioned_arm64_root(cache: Path, log: Path) -> Path:
+    """The arm64-emu board root at ``cache``, provisioned now if it is not (once: it is reused after).
+
+    Skips only where this machine cannot emulate aarch64 at all (no qemu-aarch64-static). Anything else
+    that stops provisioning (no debootstrap, no mirror, a full disk) fails the test that needs the board:
+    a feature's tests must not vanish from CI because its board was never set up.
+    """
+    if shutil.which(QEMU_AARCH64) is None:
+        pytest.skip(f"{QEMU_AARCH64} not installed (apt-get install qemu-user-static; scripts/setup.sh --system)")
+    try:
+        return provision_board("arm64-emu", cache, log=log)
+    except FarmError as exc:
+        pytest.fail(f"{exc} (full log: {log})", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def arm64_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A provisioned arm64-emu root in TVMBENCH_ARM64_CACHE (default ~/.cache/tvmbench/arm64-emu), shared by
+    every test of the session that runs the emulated aarch64 board, and by later sessions."""
+    return provisioned_arm64_root(ARM64_CACHE, tmp_path_factory.mktemp("provision") / "provision.log")
 
 
 @pytest.fixture(scope="session")

@@ -1,13 +1,13 @@
 """The emulated aarch64 board: cross-compiled programs run on a real aarch64 userland under qemu.
 
 The board is provisioned once into a cache outside the test's tmp dir (TVMBENCH_ARM64_CACHE, default
-~/.cache/tvmbench/arm64-emu) so re-runs start in seconds.
+~/.cache/tvmbench/arm64-emu) so re-runs start in seconds: the ``arm64_root`` fixture of tests/conftest.py,
+shared with tests/test_tuning_arm64.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +16,7 @@ import pytest
 
 from answers import query as reads
 from db.store import ResultStore
-from orchestrator.farm import LocalFarm, provision_board
+from orchestrator.farm import LocalFarm
 from orchestrator.scheduler import run_sweep
 from orchestrator.spec import load_spec
 from tests.conftest import write_sweep
@@ -29,13 +29,6 @@ pytestmark = [
         reason="qemu-aarch64-static not installed (apt-get install qemu-user-static; scripts/setup.sh --system)",
     ),
 ]
-
-
-@pytest.fixture(scope="session")
-def arm64_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A provisioned arm64-emu root, reused across sessions."""
-    cache = Path(os.environ.get("TVMBENCH_ARM64_CACHE", Path.home() / ".cache" / "tvmbench" / "arm64-emu"))
-    return provision_board("arm64-emu", cache, log=tmp_path_factory.mktemp("provision") / "provision.log")
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ from workers.executors.registry import build_job, measure_job
 from workers.onnx_model import seeded_inputs
 from workers.reference import reference_outputs
 from workers.targets import PRESETS
-from workers.tracker_client import request_session
+from workers.tracker_client import request_session, tracker_summary
 
 SLOW = {"n": 512, "chain": 4}  # about 3 s per inference untuned on this kind of machine
 
@@ -173,7 +173,8 @@ def test_key_with_no_board_fails_fast_and_never_blocks(local_farm: LocalFarm, ti
     )
     elapsed = time.monotonic() - started
     assert run.status == "pending-device" and "'no-such-board'" in run.error and "farm list shows" in run.error, run
-    assert 1.5 < elapsed < 10, elapsed  # waited for a registration until the deadline, no longer
+    # Waited for a registration until the 2 s deadline, not the 60 s default (a busy machine adds seconds).
+    assert 1.5 < elapsed < 30, elapsed
 
 
 def test_busy_key_is_device_unavailable_at_the_deadline(local_farm: LocalFarm, tiny: Built) -> None:
@@ -186,7 +187,7 @@ def test_busy_key_is_device_unavailable_at_the_deadline(local_farm: LocalFarm, t
         del held
     assert run.status == "device-unavailable", run
     assert "'host'" in run.error and "within 2s" in run.error and "farm list shows {'host': 1}" in run.error
-    assert 1.5 < elapsed < 10, elapsed
+    assert 1.5 < elapsed < 30, elapsed  # the 2 s deadline, not the 60 s default
 
 
 def test_tracker_restart_while_a_request_waits(farm2: LocalFarm, tiny: Built) -> None:
@@ -195,7 +196,12 @@ def test_tracker_restart_while_a_request_waits(farm2: LocalFarm, tiny: Built) ->
     thread, box = _in_thread(
         lambda: _measure(tiny, farm2.tracker, settings=replace(tiny.job.measure, device_wait_s=60))
     )
-    time.sleep(0.5)  # let the request reach the tracker before it goes away
+    # The request is queued at the tracker (both boards are held) before the tracker goes away.
+    wait_until(
+        lambda: tracker_summary(farm2.tracker)["queue_info"].get("host", {}).get("pending", 0) >= 1,
+        60,
+        "the request to wait at the tracker",
+    )
     farm2.restart_tracker()
     held.clear()  # sessions end: the boards notice the new tracker and register with it
     thread.join(60)

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -95,6 +96,18 @@ def test_driver_killed_then_resume_finishes_only_what_is_missing(tmp_path: Path,
     farm_pids = [farm["tracker_pid"]] + [b["pid"] for b in farm["boards"]]
     wait_until(lambda: not any(psutil.pid_exists(p) for p in farm_pids), 15, f"farm processes {farm_pids} to exit")
 
+    # The killed driver's sweep reads as interrupted (not running), with the command that finishes it.
+    hint = f"tvmbench sweep resume {spec.sweep_id}"
+    listed = subprocess.run([TVMBENCH, "results", "sweeps", "--json"], capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    (row,) = json.loads(listed.stdout)
+    assert (row["status"], row["resume"], row["driver"]["pid"]) == ("interrupted", hint, driver.pid), row
+    shown = subprocess.run(
+        [TVMBENCH, "sweep", "status", spec.sweep_id, "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert (json.loads(shown.stdout)["state"], json.loads(shown.stdout)["resume"]) == ("interrupted", hint)
+
     resume = subprocess.run(
         [TVMBENCH, "sweep", "resume", spec.sweep_id, "--json"], capture_output=True, text=True, timeout=600
     )
@@ -108,6 +121,7 @@ def test_driver_killed_then_resume_finishes_only_what_is_missing(tmp_path: Path,
         # Jobs final before the kill were not run again.
         assert [r for r in _runs(db, spec.sweep_id) if r[0] in before] == runs_before
         assert store.get_sweep(spec.sweep_id).status == "complete"
+        assert reads.sweeps_overview(store)[0]["status"] == "complete"
     finally:
         store.close()
 
@@ -221,38 +235,61 @@ def test_same_sweep_submitted_twice_at_once_is_one_sweep(tmp_path: Path, models_
     assert len(jobs) == 4 and len(set(jobs)) == 4
 
 
+def _in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[tuple[str, object]]]:
+    """Run ``fn`` in a daemon thread; the list gets ("ok", result) or ("error", exception) when it ends."""
+    box: list[tuple[str, object]] = []
+
+    def run() -> None:
+        try:
+            box.append(("ok", fn()))
+        except Exception as exc:  # the test reports it
+            box.append(("error", exc))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
+
+
 def test_write_waits_for_a_locked_database_and_is_committed_on_return(tmp_path: Path, models_dir: Path) -> None:
     db = tmp_path / "busy.db"
     store = ResultStore(f"sqlite:///{db}")
     spec = load_spec(write_sweep(tmp_path, f'[[models]]\npath = "{models_dir}/tiny_mlp.onnx"\n'))
     [job] = plan_jobs(spec)
-    # Another process holds the write lock for 1.5 s.
+    # Another process holds the write lock until it is told to let go (a line on its stdin): how long the
+    # write waited is up to the test, not to how fast a busy machine runs the two processes.
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
-            "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); time.sleep(1.5); c.execute('COMMIT')",
+            "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+            "c.execute('BEGIN EXCLUSIVE'); print('locked', flush=True); sys.stdin.readline(); c.execute('COMMIT')",
             str(db),
         ],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     assert holder.stdout.readline().strip() == "locked"
-    started = time.monotonic()
-    store.begin_sweep(
-        spec.sweep_id,
-        name="busy",
-        label="",
-        source="",
-        source_path="",
-        jobs=[job],
-        model_sizes={job.model.sha256: 1},
-        tvm_version="test",
+    thread, box = _in_thread(
+        lambda: store.begin_sweep(
+            spec.sweep_id,
+            name="busy",
+            label="",
+            source="",
+            source_path="",
+            jobs=[job],
+            model_sizes={job.model.sha256: 1},
+            tvm_version="test",
+        )
     )
-    waited = time.monotonic() - started
-    holder.wait(10)
-    assert waited > 1.0, waited  # it waited for the lock instead of failing
+    thread.join(2.0)
+    # Still waiting while the lock is held (a slow machine only makes it wait longer), not failed.
+    assert thread.is_alive() and not box, box
+    holder.stdin.write("go\n")
+    holder.stdin.flush()
+    holder.wait(30)
+    thread.join(60)
+    assert box == [("ok", True)], box  # it waited for the lock, then wrote
     # Acknowledged means committed: a fresh connection sees the row at once.
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 1

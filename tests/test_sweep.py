@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ from sqlalchemy import func, select
 from answers import query as reads
 from db import models as m
 from db.store import ResultStore
+from orchestrator import scheduler
 from orchestrator.farm import LocalFarm
 from orchestrator.scheduler import run_sweep
 from orchestrator.spec import load_spec
@@ -40,7 +43,10 @@ def outcome_and_store(
     store = ResultStore(f"sqlite:///{tmp_path / 'r.db'}")
     cache = ArtifactCache(tmp_path / "artifacts")
     events: list[str] = []
-    outcome = run_sweep(spec, store, local_farm.tracker, cache, progress=lambda e, _c: events.append(e))
+    with pytest.MonkeyPatch.context() as patch:
+        # A heartbeat on every pass of the driver's loop (not every 5 s), so that it shows however fast the sweep.
+        patch.setattr(scheduler, "HEARTBEAT_S", 0.0)
+        outcome = run_sweep(spec, store, local_farm.tracker, cache, progress=lambda e, _c: events.append(e))
     yield spec, outcome, store, cache, events
     store.close()
 
@@ -94,6 +100,10 @@ def test_sweep_end_to_end(outcome_and_store, local_farm: LocalFarm) -> None:
     with store._sessions() as s:
         board = s.scalars(select(m.Board)).one()
         assert board.key == "host" and board.facts["tvm_version"] == "0.27.0.post1"
+    # This process drove the sweep, and its loop refreshed the heartbeat after begin_sweep wrote the first.
+    sweep = store.get_sweep(spec.sweep_id)
+    assert (sweep.driver_host, sweep.driver_pid) == (socket.gethostname(), os.getpid())
+    assert sweep.heartbeat_at > sweep.created_at, (sweep.heartbeat_at, sweep.created_at)
 
 
 def test_rerun_compiles_nothing_and_new_label_reuses_builds(outcome_and_store, local_farm: LocalFarm) -> None:

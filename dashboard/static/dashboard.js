@@ -3,7 +3,8 @@
 // names stay text. Without JavaScript the pages are complete, just not live.
 (function () {
   "use strict";
-  var FINISHED = { complete: 1, incomplete: 1, cancelled: 1 };
+  // interrupted: the driver is gone (killed); nothing moves until `tvmbench sweep resume`.
+  var FINISHED = { complete: 1, incomplete: 1, cancelled: 1, interrupted: 1 };
   var pollMs = parseInt(document.body.getAttribute("data-poll-ms"), 10) || 1000;
   window.tvmbenchUpdates = 0; // how many times the page has applied fresh data (tests read it)
 

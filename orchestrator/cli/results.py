@@ -47,8 +47,11 @@ def results_sweeps(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     if as_json:
         print_json(rows)
         return
-    hidden = ("statuses", "finished_at")  # in --json; the table stays readable in a terminal
+    hidden = ("statuses", "finished_at", "driver", "resume")  # in --json; the table stays readable in a terminal
     report.simple_table(console, [{k: v for k, v in r.items() if k not in hidden} for r in rows], title="sweeps")
+    for r in rows:
+        if r["resume"]:
+            console.print(f"sweep {r['sweep_id']} was interrupted (its driver is gone): `{r['resume']}` finishes it")
 
 
 @app.command("show")
