@@ -10,7 +10,8 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from answers import query, report
-from orchestrator import plan, scheduler, submit
+from db.urls import password_in, shown_url
+from orchestrator import interrupts, plan, scheduler, submit
 from orchestrator.cli.common import (
     MAX_BOARDS,
     NOT_FOUND,
@@ -155,8 +156,12 @@ def _execute(
                 note=note,
                 reopen_cancelled=reopen_cancelled,
             )
-    except KeyboardInterrupt:
-        fail(f"interrupted: finished jobs are stored; `tvmbench sweep resume {spec.sweep_id}` runs the rest", 130)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (orchestrator/interrupts.py): the same cleanup ran
+        fail(
+            f"interrupted ({interrupts.signal_name(exc)}): finished jobs are stored; "
+            f"`tvmbench sweep resume {spec.sweep_id}` runs the rest",
+            interrupts.exit_code(exc),
+        )
     rows = query.results(store, spec.sweep_id)
     if as_json:
         print_json({"sweep_id": spec.sweep_id, "outcome": outcome.summary(), "results": rows})
@@ -206,7 +211,7 @@ def sweep_resume(
     store = open_store(db)
     sweep = store.get_sweep(sweep_id)
     if sweep is None:
-        fail(f"no sweep {sweep_id!r} in {store.url}; `tvmbench results sweeps` lists them", code=NOT_FOUND)
+        fail(f"no sweep {sweep_id!r} in {shown_url(store.url)}; `tvmbench results sweeps` lists them", code=NOT_FOUND)
     spec = call(stored_spec, sweep)
     _execute(spec, db, tracker, ray_address, boards, as_json, reopen_cancelled=True)
 
@@ -235,6 +240,11 @@ def sweep_submit(
     """
     if not path.is_file():
         fail(f"{path}: no such sweep file; give the path to a .toml file", code=2)
+    if db and password_in(db):
+        note(
+            "the --db password travels in the Ray job's environment, which the cluster's dashboard shows: "
+            "a ~/.pgpass on the head node keeps it out of the URL"
+        )
     submitted = call(
         submit.submit_sweep,
         path,

@@ -1,0 +1,249 @@
+"""The third hostile pass (issue 19), each provoked for real through the installed `tvmbench` command:
+passwords in database URLs, bad --db values, lookups that find nothing, signals, tuning export/import
+of bad paths and files. Real subprocesses, real SQLite files and the machine's PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import onnx
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from orchestrator.farm import wait_until
+from tests.conftest import write_sweep
+from workers import model_zoo
+
+TVMBENCH = str(Path(sys.executable).with_name("tvmbench"))
+PASSWORD = "Hunter2-s3cret"
+runner = CliRunner()
+
+
+def tvmbench(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([TVMBENCH, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def error_line(done: subprocess.CompletedProcess) -> str:
+    """The one line a failed command prints (stderr), checked to be one line starting with error:."""
+    lines = [ln for ln in (done.stdout + done.stderr).strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stdout + done.stderr
+    return lines[0]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- 4. passwords ------------------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_a_password_in_the_database_url_is_never_printed(tmp_path: Path, home: Path, pg_url: str) -> None:
+    sweep = write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n')
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    closed = _free_port()  # nothing listens there: connection refused
+    unreachable = [
+        f"postgresql+psycopg://root:{PASSWORD}@127.0.0.1:{closed}/test",
+        f"postgresql+psycopg://nosuchrole:{PASSWORD}@127.0.0.1:5432/test",
+        f"mysql://root:{PASSWORD}@127.0.0.1/test",  # refused before any connection: the URL is quoted
+    ]
+    commands = [
+        ("results", "sweeps"),
+        ("sweep", "plan", str(sweep)),
+        ("results", "list"),
+        ("db", "upgrade"),
+        ("tuning", "list"),
+    ]
+    # Every command with the first URL in this process (the same CLI code, seconds instead of minutes);
+    # the installed command for the other URLs.
+    for command in commands:
+        result = runner.invoke(app, [*command, "--db", unreachable[0]])
+        output = result.output
+        assert PASSWORD not in output and result.exit_code == 2, (command, result.exit_code, output)
+        assert "cannot open results database" in output and "root:***@" in output, output
+    for url in unreachable[1:]:
+        done = tvmbench("results", "sweeps", "--db", url)
+        line = error_line(done)
+        assert PASSWORD not in done.stdout + done.stderr, (url, line)
+        assert done.returncode == 2 and "cannot open results database" in line, (done.returncode, line)
+    # A database that opens (trust auth takes any password): what is printed about it is masked too.
+    user = pg_url.split("://", 1)[1].split("@", 1)[0]
+    reachable = pg_url.replace(f"://{user}@", f"://{user}:{PASSWORD}@", 1)
+    upgraded = tvmbench("db", "upgrade", "--db", reachable)
+    assert upgraded.returncode == 0 and PASSWORD not in upgraded.stdout + upgraded.stderr, upgraded.stdout
+    assert f"{user}:***@" in upgraded.stdout, upgraded.stdout
+    missing = tvmbench("sweep", "resume", "ffffffffffff", "--db", reachable)
+    assert missing.returncode == 2 and PASSWORD not in missing.stdout + missing.stderr
+    assert "ffffffffffff" in error_line(missing)
+    # The environment variable is the same URL: masked there too.
+    env = {**os.environ, "TVMBENCH_DB": f"postgresql+psycopg://root:{PASSWORD}@127.0.0.1:{closed}/test"}
+    done = subprocess.run([TVMBENCH, "results", "sweeps"], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 2 and PASSWORD not in done.stdout + done.stderr, done.stderr
+
+
+def test_redact_masks_every_form_of_the_password() -> None:
+    from db.urls import redact, shown_url
+
+    url = "postgresql+psycopg://root:p%40ss%2Fw0rd@db.example:5432/results"
+    assert shown_url(url) == "postgresql+psycopg://root:***@db.example:5432/results"
+    text = f"cannot open {url}: password p@ss/w0rd refused (p%40ss%2Fw0rd)"
+    assert "p@ss/w0rd" not in redact(text, url) and "p%40ss%2Fw0rd" not in redact(text, url)
+    assert redact("http://user:tok@head:8265 down") == "http://user:***@head:8265 down"
+    assert redact("sqlite:///x.db is fine") == "sqlite:///x.db is fine"
+
+
+# --- 6. exit codes and messages ----------------------------------------------------------------------
+
+
+def test_a_bad_db_is_invalid_input_exit_2(tmp_path: Path, home: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(os.urandom(4096))
+    closed = _free_port()
+    for url, expected in (
+        (f"sqlite:///{tmp_path}", "is a directory"),
+        (f"sqlite:///{junk}", "cannot open results database"),
+        (f"sqlite:///{tmp_path}/no/such/r.db", "does not exist"),
+        (f"postgresql+psycopg://root@127.0.0.1:{closed}/test", "Connection refused"),
+        ("postgresql+psycopg://root@127.0.0.2:5432/test", "cannot open results database"),
+        ("postgresql+psycopg://nosuchrole@127.0.0.1:5432/test", "nosuchrole"),
+    ):
+        result = runner.invoke(app, ["results", "sweeps", "--db", url])
+        lines = [ln for ln in result.output.strip().splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+        assert result.exit_code == 2 and expected in lines[0], (url, result.exit_code, lines[0])
+    done = tvmbench("results", "sweeps", "--db", f"sqlite:///{junk}")  # and the installed command says the same
+    assert done.returncode == 2 and "cannot open results database" in error_line(done)
+
+
+def test_serve_on_a_port_in_use_is_exit_2(home: Path) -> None:
+    from db.store import ResultStore
+
+    ResultStore(f"sqlite:///{home / 'results.db'}").close()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = tvmbench("serve", "--port", str(port), "--db", f"sqlite:///{home / 'results.db'}", timeout=60)
+    line = error_line(done)
+    assert done.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in line and "--port" in line, line
+
+
+def test_results_list_of_an_unknown_sweep_is_exit_2(home: Path) -> None:
+    from db.store import ResultStore
+    from tests.test_store_backends import begin, make_jobs
+
+    store = ResultStore(f"sqlite:///{home / 'results.db'}")
+    begin(store, "abcdef123456", make_jobs())
+    store.close()
+    done = tvmbench("results", "list", "--sweep", "ffffffffffff")
+    assert done.returncode == 2 and "no sweep 'ffffffffffff'" in error_line(done)
+    found = tvmbench("results", "list", "--sweep", "abcdef", "--json")
+    assert found.returncode == 0 and {r["sweep_id"] for r in json.loads(found.stdout)} == {"abcdef123456"}
+
+
+# --- 5. signals --------------------------------------------------------------------------------------
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler for ``sig`` (its SigCgt mask in /proc)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(mask & (1 << (sig - 1)))
+
+
+def test_ctrl_c_at_start_is_one_line_exit_130(tmp_path: Path, home: Path) -> None:
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    sweep = write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n')
+    for _ in range(2):
+        proc = subprocess.Popen(
+            [TVMBENCH, "sweep", "plan", str(sweep)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        # The entry point's handlers are the first thing it sets: the CLI's imports (a second or more)
+        # are still running when the Ctrl-C lands.
+        wait_until(lambda p=proc: _catches(p.pid, signal.SIGTERM) or p.poll() is not None, 30, "the CLI to start")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, (proc.returncode, err[-2000:])
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert lines == ["interrupted (Ctrl-C)"], err[-2000:]
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_running_sweep_ends_like_ctrl_c(tmp_path: Path, home: Path) -> None:
+    import sqlite3
+
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    sweep = write_sweep(
+        tmp_path,
+        '[[models]]\npath = "m.onnx"\n[axes]\nopt_level = [0, 1, 2, 3]\nexecutor = ["vm-bytecode", "vm-compiled"]\n'
+        "[measure]\nnumber = 1\nrepeat = 2\n",
+    )
+    db = home / "results.db"
+
+    def ok_jobs() -> int:
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+                return conn.execute("SELECT count(*) FROM jobs WHERE status = 'ok'").fetchone()[0]
+        except sqlite3.Error:
+            return 0
+
+    driver = subprocess.Popen(
+        [TVMBENCH, "sweep", "run", str(sweep)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_until(lambda: ok_jobs() >= 1 or driver.poll() is not None, 600, "the first job to be measured")
+        assert driver.poll() is None, "the sweep ended before the signal: nothing to test"
+        driver.send_signal(signal.SIGTERM)
+        _, err = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 143, (driver.returncode, err[-3000:])
+    assert "SIGTERM received at time" not in err and "Traceback" not in err, err[-3000:]
+    last = [ln for ln in err.splitlines() if ln.strip()][-1]
+    assert last.startswith("error: interrupted (SIGTERM): finished jobs are stored") and "sweep resume" in last, err
+    sweep_id = last.split("sweep resume ")[1].split("`")[0]
+    with sqlite3.connect(db) as conn:
+        stored = conn.execute("SELECT count(*) FROM jobs WHERE status = 'ok'").fetchone()[0]
+        state = conn.execute("SELECT status FROM sweeps WHERE id = ?", (sweep_id,)).fetchone()[0]
+    assert stored >= 1 and state == "incomplete", (stored, state)
+    # Nothing lost: the resume runs the rest, and every job ends once.
+    resumed = tvmbench("sweep", "resume", sweep_id, "--json", timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    outcome = json.loads(resumed.stdout)["outcome"]
+    assert outcome["already_final"] == stored, outcome
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT status, count(*) FROM jobs WHERE sweep_id = ? GROUP BY status", (sweep_id,))
+        assert dict(rows.fetchall()) == {"ok": 8}
+
+
+def test_interrupts_keep_handlers_puts_ours_back() -> None:
+    from orchestrator import interrupts
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        interrupts.install()
+        with interrupts.keep_handlers():
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # what ray.init does, in Python
+        with pytest.raises(interrupts.Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # the handler runs between two bytecodes of this loop
+                time.sleep(0.01)
+    finally:
+        signal.signal(signal.SIGTERM, before)
