@@ -585,24 +585,9 @@ def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:
         text = path.read_text()
     except UnicodeDecodeError:
         raise SpecError(f"{path}: not a text file; a sweep file is TOML") from None
-    spec = parse_spec(text, base=path.resolve().parent, source_path=str(path))
+    # The absolute path is stored with the sweep: `sweep resume` then works from any directory.
+    spec = parse_spec(text, base=path.resolve().parent, source_path=str(path.resolve()))
     if label is not None:
         _no_control_characters("--label", label)
         spec = SweepSpec(**{**spec.__dict__, "label": label})
-    return spec
-
-
-def stored_spec(sweep: Any) -> SweepSpec:
-    """The spec of a stored sweep (its row: source, source_path, label, id), to resume it.
-
-    SpecError when the file can no longer be loaded or its models changed on disk since it ran.
-    """
-    try:
-        spec = parse_spec(sweep.source, base=Path(sweep.source_path).resolve().parent, source_path=sweep.source_path)
-    except SpecError as exc:
-        raise SpecError(f"sweep {sweep.id} can no longer be loaded: {exc}") from None
-    if sweep.label:
-        spec = SweepSpec(**{**spec.__dict__, "label": sweep.label})
-    if spec.sweep_id != sweep.id:
-        raise SpecError(f"the models of sweep {sweep.id} changed on disk since it ran; run the file as a new sweep")
     return spec

@@ -247,3 +247,59 @@ def test_interrupts_keep_handlers_puts_ours_back() -> None:
                 time.sleep(0.01)
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+# --- 3. resume from anywhere -------------------------------------------------------------------------
+
+
+def _sweep_row(db: Path, sweep_id: str):
+    from db.store import ResultStore
+
+    store = ResultStore(f"sqlite:///{db}")
+    return store, store.get_sweep(sweep_id)
+
+
+@pytest.mark.slow
+def test_resume_from_another_directory(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sqlalchemy import update
+
+    from db import models as m
+    from orchestrator.resume import resume_spec
+    from orchestrator.spec import SpecError
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    onnx.save(model_zoo.tiny_mlp(), a / "tiny_mlp.onnx")
+    (a / "x.toml").write_text('[[models]]\npath = "tiny_mlp.onnx"\n[measure]\nnumber = 1\nrepeat = 2\n')
+    ran = tvmbench("sweep", "run", "x.toml", "--json", cwd=a, timeout=900)  # a relative path, from a
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    sweep_id = json.loads(ran.stdout)["sweep_id"]
+    resumed = tvmbench("sweep", "resume", sweep_id, "--json", cwd=b, timeout=900)  # from elsewhere
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads(resumed.stdout)["outcome"]["already_final"] == 1
+    assert "changed" not in resumed.stderr and "is gone" not in resumed.stderr, resumed.stderr
+
+    store, sweep = _sweep_row(home / "results.db", sweep_id)
+    assert sweep.source_path == str(a / "x.toml")
+    monkeypatch.chdir(b)
+    # The sweep file changed since: the stored plan runs, and one note says so.
+    (a / "x.toml").write_text((a / "x.toml").read_text() + '[[models]]\nonnx = "light_squeezenet"\n')
+    spec, notes = resume_spec(store, sweep)
+    assert spec.sweep_id == sweep_id and len(spec.models) == 1
+    assert len(notes) == 1 and "changed since sweep" in notes[0] and f"sweep run {a / 'x.toml'}" in notes[0], notes
+    # A model changed since: refused, naming it.
+    onnx.save(model_zoo.tiny_cnn(), a / "tiny_mlp.onnx")
+    with pytest.raises(SpecError, match=r"model tiny_mlp \(.*tiny_mlp.onnx\) changed on disk since it ran"):
+        resume_spec(store, sweep)
+    onnx.save(model_zoo.tiny_mlp(), a / "tiny_mlp.onnx")
+    # A database written before absolute paths: the relative path works from the folder it ran in, and
+    # from anywhere else the line says which path is relative and where to resume it from.
+    with store._sessions() as s, s.begin():
+        s.execute(update(m.Sweep).where(m.Sweep.id == sweep_id).values(source_path="x.toml"))
+    old = store.get_sweep(sweep_id)
+    with pytest.raises(SpecError, match=r"stored with the relative path 'x.toml'.*resume it from the folder"):
+        resume_spec(store, old)
+    monkeypatch.chdir(a)
+    assert resume_spec(store, old)[0].sweep_id == sweep_id
+    store.close()

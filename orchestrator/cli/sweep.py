@@ -29,7 +29,8 @@ from orchestrator.cli.common import (
     open_store,
     print_json,
 )
-from orchestrator.spec import SweepSpec, stored_spec
+from orchestrator.resume import resume_spec
+from orchestrator.spec import SweepSpec
 
 app = typer.Typer(no_args_is_help=True, help="Plan and run sweeps.")
 
@@ -212,7 +213,9 @@ def sweep_resume(
     sweep = store.get_sweep(sweep_id)
     if sweep is None:
         fail(f"no sweep {sweep_id!r} in {shown_url(store.url)}; `tvmbench results sweeps` lists them", code=NOT_FOUND)
-    spec = call(stored_spec, sweep)
+    spec, notes = call(resume_spec, store, sweep)
+    for line in notes:
+        note(line)
     _execute(spec, db, tracker, ray_address, boards, as_json, reopen_cancelled=True)
 
 
