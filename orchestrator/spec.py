@@ -147,6 +147,11 @@ _MEASURE_LIMITS: dict[str, float] = {
     "session_timeout_s": 86_400,
     "device_wait_s": 86_400,
     "seed": 2**63 - 1,
+    # Sampling: 100,000 samples is already hours for a millisecond model; warmup is discarded time.
+    "warmup": 10_000,
+    "min_repeat": 100_000,
+    "max_repeat": 100_000,
+    "max_s": 43_200,
 }
 
 
@@ -431,10 +436,11 @@ def _check_sampling(measure: dict[str, Any], values: dict[str, Any]) -> None:
     if low is not None and high is not None and low > high:
         raise SpecError(f"measure.min_repeat = {low} is above measure.max_repeat = {high}")
     timeout = values.get("session_timeout_s", MeasureSettings.session_timeout_s)
-    if values.get("max_s") is not None and values["max_s"] >= timeout:
+    if values.get("max_s") is not None and values["max_s"] > timeout / 2:
         raise SpecError(
-            f"measure.max_s = {values['max_s']:g} must be below session_timeout_s = {timeout:g} "
-            "(the session also uploads, loads and checks the model): lower max_s or raise session_timeout_s"
+            f"measure.max_s = {values['max_s']:g} must be at most half of session_timeout_s = {timeout:g} "
+            "(the session also uploads, loads, warms up and checks the model): lower max_s or raise "
+            "session_timeout_s"
         )
 
 
