@@ -303,3 +303,35 @@ def test_resume_from_another_directory(tmp_path: Path, home: Path, monkeypatch: 
     monkeypatch.chdir(a)
     assert resume_spec(store, old)[0].sweep_id == sweep_id
     store.close()
+
+
+# --- 10. small ones -----------------------------------------------------------------------------------
+
+
+def test_the_sweep_progress_bar_has_an_eta() -> None:
+    import io
+
+    from rich.console import Console
+
+    from orchestrator.cli.progress import progress_bar
+
+    now = [100.0]
+    out = io.StringIO()
+    bar = progress_bar(Console(file=out, width=200), get_time=lambda: now[0])
+
+    def shown() -> str:
+        out.truncate(0)
+        out.seek(0)
+        bar.console.print(bar.make_tasks_table(bar.tasks))
+        return out.getvalue()
+
+    task = bar.add_task("sweep abc", total=None, detail="starting")
+    assert "ETA ?" in shown()  # nothing planned yet
+    now[0] = 110.0
+    bar.update(task, total=10, completed=0, detail="built 0/10")
+    assert "ETA ?" in shown()  # no job done: no rate
+    now[0] = 130.0
+    bar.update(task, completed=2)
+    assert "ETA 0:02:00" in shown()  # 2 jobs in 30 s: 8 left take 120 s
+    bar.update(task, completed=10)
+    assert "ETA" not in shown()

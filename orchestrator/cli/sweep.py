@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from answers import query, report
 from db.urls import password_in, shown_url
@@ -29,6 +28,7 @@ from orchestrator.cli.common import (
     open_store,
     print_json,
 )
+from orchestrator.cli.progress import progress_bar
 from orchestrator.resume import resume_spec
 from orchestrator.spec import SweepSpec
 
@@ -107,17 +107,6 @@ def _tuning_plan(store, spec: SweepSpec, job) -> dict:
         return {"budget": job.tuning, "error": one_line(exc), "tasks": []}
 
 
-def _progress_bar() -> Progress:
-    return Progress(
-        TextColumn("{task.description}", style="bold", markup=False),
-        BarColumn(),
-        TextColumn("{task.fields[detail]}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=False,
-    )
-
-
 def _execute(
     spec: SweepSpec,
     db: str | None,
@@ -130,7 +119,7 @@ def _execute(
 ) -> None:
     store = open_store(db)
     try:
-        with _progress_bar() as bar, failures_as_lines():
+        with progress_bar(err) as bar, failures_as_lines():
             task = bar.add_task(f"sweep {spec.sweep_id}", total=None, detail="starting")
 
             def on_progress(_event: str, c: dict[str, int]) -> None:
