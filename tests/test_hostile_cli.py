@@ -335,3 +335,109 @@ def test_the_sweep_progress_bar_has_an_eta() -> None:
     assert "ETA 0:02:00" in shown()  # 2 jobs in 30 s: 8 left take 120 s
     bar.update(task, completed=10)
     assert "ETA" not in shown()
+
+
+# --- tuning export / import: bad paths, bad lines, a big repetitive file -----------------------------
+
+
+@pytest.fixture
+def tuned_db(tmp_path: Path) -> str:
+    """A SQLite results database holding 3 real MetaSchedule records of one matmul workload."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+
+    from tests.ms_inprocess import TARGET, matmul_module
+    from tests.test_tuning_records import _trace_of_split
+    from workers.tuning.database import SqlTuningDatabase
+
+    url = f"sqlite:///{tmp_path / 'tuned.db'}"
+    db = SqlTuningDatabase(url, target=TARGET, board_key="host")
+    workload = db.commit_workload(matmul_module())
+    args = ms.arg_info.ArgInfo.from_prim_func(matmul_module()["main"])
+    for factor, secs in ((2, 3e-5), (4, 1e-5), (8, 2e-5)):
+        run_secs = [tvm.tirx.FloatImm("float32", secs)]
+        db.commit_tuning_record(
+            TuningRecord(_trace_of_split(factor), workload, run_secs, tvm.target.Target(TARGET), args)
+        )
+    db.close()
+    return url
+
+
+def _lines_of(result) -> list[str]:
+    return [ln for ln in result.output.strip().splitlines() if ln.strip()]
+
+
+def test_tuning_export_to_bad_paths_and_top_zero_are_one_line(tmp_path: Path, tuned_db: str) -> None:
+    base = ["tuning", "export", "--board-key", "host", "--db", tuned_db]
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for target, expected in (
+        (a_file, "is a file, not a directory"),
+        (Path("/dev/null"), "is a character device, not a directory"),
+        (Path("/proc/no-such-dir/out"), "cannot create /proc/no-such-dir/out"),
+    ):
+        result = runner.invoke(app, [*base[:2], str(target), *base[2:]])
+        lines = _lines_of(result)
+        assert result.exit_code == 2 and len(lines) == 1 and expected in lines[0], (target, result.output)
+        assert "Traceback" not in result.output
+    zero = runner.invoke(app, [*base[:2], str(tmp_path / "zero"), *base[2:], "--top", "0"])
+    assert zero.exit_code == 2 and "--top 0 would export nothing" in _lines_of(zero)[0], zero.output
+    assert not (tmp_path / "zero").exists()
+    every = runner.invoke(app, [*base[:2], str(tmp_path / "all"), *base[2:]])
+    assert every.exit_code == 0 and "3 record(s) (every record, failed trials too)" in every.output, every.output
+    best = runner.invoke(app, [*base[:2], str(tmp_path / "best"), *base[2:], "--top", "1"])
+    assert best.exit_code == 0 and "1 record(s) (the 1 fastest valid per workload)" in best.output, best.output
+
+
+def test_tuning_import_big_repetitive_file_dedupes_with_progress(tmp_path: Path, tuned_db: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    exported = tmp_path / "exported"
+    assert (
+        runner.invoke(app, ["tuning", "export", str(exported), "--board-key", "host", "--db", tuned_db]).exit_code == 0
+    )
+    record_lines = [ln for ln in (exported / "database_tuning_record.json").read_text().splitlines() if ln.strip()]
+    assert len(record_lines) == 3
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "database_workload.json").write_text((exported / "database_workload.json").read_text())
+    (big / "database_tuning_record.json").write_text("\n".join(record_lines * 1000) + "\n")  # 3,000 lines
+
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+    args = ["tuning", "import", str(big), "--board-key", "host", "--db", fresh, "--json"]
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    summary = json.loads(first.stdout)
+    assert (summary["records"], summary["distinct"], summary["new"], summary["workloads"]) == (3000, 3, 3, 1)
+    progress = [ln for ln in first.stderr.splitlines() if ln.startswith("read ")]
+    assert progress == [f"read {n} record line(s): 3 distinct" for n in (1000, 2000, 3000)], first.stderr
+    engine = create_engine(fresh)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM tuning_records")).scalar() == 3
+    engine.dispose()
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0 and json.loads(again.stdout)["new"] == 0
+
+
+def test_tuning_import_of_a_missing_folder_or_bad_lines_names_them(tmp_path: Path, tuned_db: str) -> None:
+    missing = runner.invoke(app, ["tuning", "import", str(tmp_path / "nope"), "--board-key", "host", "--db", tuned_db])
+    line = _lines_of(missing)[0]
+    assert missing.exit_code == 2 and f"{tmp_path / 'nope'} does not exist" in line, missing.output
+    assert "database_workload.json" not in line
+    exported = tmp_path / "exported"
+    assert (
+        runner.invoke(app, ["tuning", "export", str(exported), "--board-key", "host", "--db", tuned_db]).exit_code == 0
+    )
+    records = exported / "database_tuning_record.json"
+    good = records.read_text().splitlines()
+    for bad, expected in (
+        ("[0, [1, 2", "not valid JSON"),
+        ("[0]", "expected [workload index, [trace"),
+        ("[7, [[], [], {}, []]]", "workload index 7 but the workload file has 1 line(s)"),
+    ):
+        records.write_text("\n".join([good[0], bad, *good[1:]]) + "\n")
+        result = runner.invoke(app, ["tuning", "import", str(exported), "--board-key", "host", "--db", tuned_db])
+        lines = _lines_of(result)
+        assert result.exit_code == 2 and len(lines) == 1, result.output
+        assert f"{records}:2: " in lines[0] and expected in lines[0] and "Check failed" not in lines[0], lines[0]
