@@ -26,6 +26,7 @@ from core.liveness import HEARTBEAT_S
 from core.records import PENDING_STATUSES, Build, Job, Run, canonical_hash
 from db.store import ResultStore
 from orchestrator import farm, health
+from orchestrator.interrupts import keep_handlers
 from orchestrator.plan import plan_jobs
 from orchestrator.spec import SweepSpec
 from workers.aot.boards import is_mcu_target
@@ -54,19 +55,20 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
 
     if ray.is_initialized():
         return
-    if address is None:
-        from orchestrator.local_ray import start_local_ray
+    with keep_handlers():  # ray.init installs SIGTERM handlers that crash-dump or exit 1: keep ours
+        if address is None:
+            from orchestrator.local_ray import start_local_ray
 
-        start_local_ray(num_cpus)
-        return
-    ray.init(
-        address=address,
-        num_cpus=num_cpus,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level="WARNING",
-        configure_logging=True,
-    )
+            start_local_ray(num_cpus)
+            return
+        ray.init(
+            address=address,
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level="WARNING",
+            configure_logging=True,
+        )
 
 
 def build_on_node(

@@ -147,6 +147,11 @@ _MEASURE_LIMITS: dict[str, float] = {
     "session_timeout_s": 86_400,
     "device_wait_s": 86_400,
     "seed": 2**63 - 1,
+    # Sampling: 100,000 samples is already hours for a millisecond model; warmup is discarded time.
+    "warmup": 10_000,
+    "min_repeat": 100_000,
+    "max_repeat": 100_000,
+    "max_s": 43_200,
 }
 
 
@@ -431,10 +436,11 @@ def _check_sampling(measure: dict[str, Any], values: dict[str, Any]) -> None:
     if low is not None and high is not None and low > high:
         raise SpecError(f"measure.min_repeat = {low} is above measure.max_repeat = {high}")
     timeout = values.get("session_timeout_s", MeasureSettings.session_timeout_s)
-    if values.get("max_s") is not None and values["max_s"] >= timeout:
+    if values.get("max_s") is not None and values["max_s"] > timeout / 2:
         raise SpecError(
-            f"measure.max_s = {values['max_s']:g} must be below session_timeout_s = {timeout:g} "
-            "(the session also uploads, loads and checks the model): lower max_s or raise session_timeout_s"
+            f"measure.max_s = {values['max_s']:g} must be at most half of session_timeout_s = {timeout:g} "
+            "(the session also uploads, loads, warms up and checks the model): lower max_s or raise "
+            "session_timeout_s"
         )
 
 
@@ -585,24 +591,9 @@ def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:
         text = path.read_text()
     except UnicodeDecodeError:
         raise SpecError(f"{path}: not a text file; a sweep file is TOML") from None
-    spec = parse_spec(text, base=path.resolve().parent, source_path=str(path))
+    # The absolute path is stored with the sweep: `sweep resume` then works from any directory.
+    spec = parse_spec(text, base=path.resolve().parent, source_path=str(path.resolve()))
     if label is not None:
         _no_control_characters("--label", label)
         spec = SweepSpec(**{**spec.__dict__, "label": label})
-    return spec
-
-
-def stored_spec(sweep: Any) -> SweepSpec:
-    """The spec of a stored sweep (its row: source, source_path, label, id), to resume it.
-
-    SpecError when the file can no longer be loaded or its models changed on disk since it ran.
-    """
-    try:
-        spec = parse_spec(sweep.source, base=Path(sweep.source_path).resolve().parent, source_path=sweep.source_path)
-    except SpecError as exc:
-        raise SpecError(f"sweep {sweep.id} can no longer be loaded: {exc}") from None
-    if sweep.label:
-        spec = SweepSpec(**{**spec.__dict__, "label": sweep.label})
-    if spec.sweep_id != sweep.id:
-        raise SpecError(f"the models of sweep {sweep.id} changed on disk since it ran; run the file as a new sweep")
     return spec

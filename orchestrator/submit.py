@@ -28,6 +28,7 @@ from typing import Any
 from core import liveness
 from core.errors import one_line
 from core.records import FINAL_STATUSES, PENDING_STATUSES
+from db.urls import redact, shown_url
 from orchestrator.farm import FarmError, wait_until
 from orchestrator.spec import SpecError, load_spec
 
@@ -95,7 +96,7 @@ def _client(ray_address: str) -> Any:
         return JobSubmissionClient(ray_address)
     except Exception as exc:
         raise SubmitError(
-            f"cannot reach the Ray dashboard at {ray_address} ({one_line(exc)}); give "
+            f"cannot reach the Ray dashboard at {redact(ray_address)} ({redact(one_line(exc))}); give "
             "--ray-address http://HEAD:8265 and, if the cluster uses token auth, its token in ~/.ray/auth_token "
             "or RAY_AUTH_TOKEN"
         ) from None
@@ -196,7 +197,10 @@ def _submit_with_retry(client: Any, job: dict[str, Any], ray_address: str, agent
             if "No available agent" in str(exc) and time.monotonic() < deadline:
                 time.sleep(1.0)
                 continue
-            raise SubmitError(f"the Ray cluster at {ray_address} refused the job: {one_line(exc)}") from None
+            # Ray's error may quote the job, whose environment holds the database URL.
+            db_url = job.get("runtime_env", {}).get("env_vars", {}).get("TVMBENCH_DB")
+            message = f"the Ray cluster at {ray_address} refused the job: {one_line(exc)}"
+            raise SubmitError(redact(message, db_url)) from None
 
 
 def sweep_status(sweep_ref: str, *, store: Any | None, ray_address: str | None) -> dict[str, Any]:
@@ -299,7 +303,7 @@ def cancel_local(store: Any, sweep_ref: str, *, wait_s: float = 30.0, poll_s: fl
     """
     sweep = store.get_sweep(sweep_ref)
     if sweep is None:
-        raise NotFound(f"no sweep {sweep_ref!r} in {store.url}; `tvmbench results sweeps` lists them")
+        raise NotFound(f"no sweep {sweep_ref!r} in {shown_url(store.url)}; `tvmbench results sweeps` lists them")
     before = store.request_cancel(sweep.id)
     # A driver known to be gone (core/liveness.py) never answers the flag: no wait for it.
     gone = liveness.driver_gone(sweep.driver_host, sweep.driver_pid, sweep.heartbeat_at)

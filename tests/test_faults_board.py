@@ -155,6 +155,8 @@ def test_kernel_past_session_timeout_is_timeout_and_board_recovers(
     started = time.monotonic()
     run = _measure(slow, local_farm.tracker, settings=settings)
     assert run.status == "timeout", run
+    # The line names the sweep file's key, not TVM's "session_timeout" (no such key).
+    assert "session_timeout_s = 1.5 s" in run.error and '"session_timeout"' not in run.error, run.error
     assert time.monotonic() - started < 30
     after = _measure(tiny, local_farm.tracker)
     assert after.status == "ok" and after.board_id == run.board_id, after

@@ -7,7 +7,7 @@ real boards run the same sampler in tests/test_measurement.py.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
@@ -121,7 +121,10 @@ def test_job_keys_of_sweeps_without_the_new_keys_are_unchanged() -> None:
         ("min_repeat = 5", "add target_rel_ci"),
         ("target_rel_ci = 2", "a fraction of the median"),
         ("target_rel_ci = 0.02\nmin_repeat = 10\nmax_repeat = 5", "above measure.max_repeat"),
-        ("target_rel_ci = 0.02\nmax_s = 500", "below session_timeout_s"),
+        ("target_rel_ci = 0.02\nmax_s = 500", "at most half of session_timeout_s"),
+        ("target_rel_ci = 0.02\nmax_s = 200\nsession_timeout_s = 300", "max_s = 200 must be at most half"),
+        ("target_rel_ci = 0.02\nmax_repeat = 100000000000", "measure.max_repeat = 100000000000: at most 100000"),
+        ("warmup = 1000000000", "measure.warmup = 1000000000: at most 10000"),
         ("warmup = -1", "non-negative"),
         ("max_repeat = 2.5\ntarget_rel_ci = 0.1", "integer"),
     ],
@@ -130,3 +133,22 @@ def test_bad_sampling_keys_are_one_line_errors(tmp_path, models_dir, measure: st
     text = f'[[models]]\npath = "{models_dir}/tiny_mlp.onnx"\n[measure]\n{measure}\n'
     with pytest.raises(SpecError, match=message):
         parse_spec(text, base=tmp_path)
+
+
+def test_a_zero_width_ci_from_quantized_samples_says_timer_resolution() -> None:
+    """A 1e-6 target "reached" by samples that are a few timer ticks: the stop reason says why."""
+    ticks = iter([1, 1, 2, 1, 1, 1, 1, 1, 1, 2, 1, 1] * 50)
+
+    def quantized(k: int) -> list[float]:
+        return [0.001 * next(ticks) for _ in range(k)]  # a 1 µs timer: every sample is 1 or 2 ticks
+
+    plan = SamplingPlan(warmup=0, min_repeat=5, max_repeat=500, target_rel_ci=1e-6, max_s=None)
+    got = sample(quantized, plan)
+    assert got.stop_reason == STOP_CI and got.rel_ci == 0  # the column keeps its enum value
+    assert got.resolution_limited and got.stop_detail == "ci-reached (timer resolution)"
+    assert got.record()["stop_reason"] == "ci-reached (timer resolution)" and got.record()["resolution_limited"]
+    # A CI that is narrow because the samples agree closely (not identical) is a plain ci-reached.
+    board = FakeBoard(rel_noise=0.01, warm_value=0)
+    normal = sample(board.timer, replace(plan, target_rel_ci=0.02, max_s=60), clock=board.clock)
+    assert normal.stop_reason == STOP_CI and not normal.resolution_limited
+    assert normal.record()["stop_reason"] == "ci-reached"

@@ -187,7 +187,7 @@ def test_export_import_round_trip_with_json_database(db_url: str, tmp_path: Path
     second = runner.invoke(app, args)
     assert second.exit_code == 0, second.output
     assert json.loads(second.stdout) | {"scopes": None} == {
-        "directory": str(plain), "records": TRIALS, "new": 0, "workloads": 1, "scopes": None,
+        "directory": str(plain), "records": TRIALS, "distinct": TRIALS, "new": 0, "workloads": 1, "scopes": None,
     }  # fmt: skip
 
     # 3. Exported again, reloaded by JSONDatabase: the same records, the same best schedule.

@@ -92,6 +92,18 @@ def classify(exc: BaseException) -> str:
     return "infra"
 
 
+def session_error(board_id: str, kind: str, exc: BaseException, job: Job) -> str:
+    """The error line of a failed attempt. A timeout names our key: TVM's own message says to raise
+    "session_timeout", which is no key of a sweep file."""
+    if kind != "timeout":
+        return f"{board_id}: {one_line(exc)}"
+    limit = job.measure.session_timeout_s
+    return (
+        f"{board_id}: the board session ran past session_timeout_s = {limit:g} s (upload, load, warmup and "
+        "samples all count): raise [measure] session_timeout_s, or lower warmup, repeat or number"
+    )
+
+
 def verify_artifact(build: Build, artifact: bytes, base: dict[str, Any]) -> Run | None:
     """The ``infra`` Run when the bytes about to run are not the bytes the build recorded, else None.
 
@@ -250,7 +262,8 @@ def run_attempt(
     try:
         return on_board(session, base)
     except Exception as exc:
-        return Run(status=classify(exc), error=f"{session.board_id}: {one_line(exc)}", finished_at=time.time(), **base)
+        kind = classify(exc)
+        return Run(status=kind, error=session_error(session.board_id, kind, exc, job), finished_at=time.time(), **base)
     finally:
         # The RPC session closes when its last remote handle is freed; handles can sit in reference cycles,
         # and a board stays busy until its session closes, so collect now rather than whenever.

@@ -29,6 +29,11 @@ STOP_CI = "ci-reached"
 STOP_MAX_REPEAT = "max-repeat"
 STOP_MAX_S = "max-s"
 STOP_REASONS = (STOP_CI, STOP_MAX_REPEAT, STOP_MAX_S)
+# Said beside ci-reached when the interval has zero width: the samples are a few quantized timer values
+# (the same tick count again and again), so "within 1e-6 of the median" says more about the timer than
+# about the model. The stored stop_reason column keeps the plain enum (String(16), and readers compare
+# it); runs.sampling's stop_reason and resolution_limited carry the caveat.
+TIMER_RESOLUTION = "timer resolution"
 
 # Adaptive defaults when a sweep gives target_rel_ci alone: enough samples for a bootstrap interval to
 # mean something, a ceiling that keeps the interval computation cheap, and a cap well inside the
@@ -84,10 +89,21 @@ class Sampled:
     elapsed_s: float
     target_rel_ci: float | None
 
+    @property
+    def resolution_limited(self) -> bool:
+        """The CI was reached only because it has zero width: identical (quantized) samples."""
+        return self.stop_reason == STOP_CI and self.rel_ci == 0 and len(self.samples_ms) > 1
+
+    @property
+    def stop_detail(self) -> str:
+        """The stop reason as shown: ``ci-reached (timer resolution)`` for a zero-width interval."""
+        return f"{self.stop_reason} ({TIMER_RESOLUTION})" if self.resolution_limited else self.stop_reason
+
     def record(self) -> dict[str, Any]:
         """The JSON kept with the run (runs.sampling)."""
         return {
-            "stop_reason": self.stop_reason,
+            "stop_reason": self.stop_detail,
+            "resolution_limited": self.resolution_limited,
             "samples": len(self.samples_ms),
             "warmup": len(self.warmup_ms),
             "warmup_ms": list(self.warmup_ms),

@@ -16,6 +16,7 @@ from rich.text import Text
 from answers.query import NoSuchJob, QueryError
 from core.errors import one_line
 from db.store import ResultStore, StoreError, ensure_home
+from db.urls import redact
 from orchestrator.farm import FarmError
 from orchestrator.spec import SpecError, SweepSpec, load_spec
 from orchestrator.submit import NotFound, SubmitError
@@ -28,6 +29,7 @@ T = TypeVar("T")
 console = Console(width=None if sys.stdout.isatty() else 200, markup=False)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 200, markup=False)
 NOT_FOUND = 2  # the exit status of every lookup that finds nothing (sweep, job, board), like a bad argument
+INVALID = 2  # bad input: a sweep file, an option, a --db that is no database (1 is "some jobs failed")
 MAX_BOARDS = 64  # board agents one command may start here: each is a process holding a TVM runtime
 
 DbOpt = Annotated[
@@ -40,8 +42,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a t
 
 
 def fail(message: str, code: int = 1) -> None:
-    """Print one error line and exit non-zero."""
-    err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True)
+    """Print one error line (database passwords masked) and exit non-zero."""
+    err.print(Text.assemble(("error:", "bold red"), " ", redact(message)), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -76,28 +78,29 @@ def check_range(option: str, value: float, low: float, high: float | None = None
 
 def note(message: str) -> None:
     """A progress note on stderr (dimmed), for long steps such as provisioning a board."""
-    err.print(message, style="dim", highlight=False)
+    err.print(redact(message), style="dim", highlight=False)
 
 
 def home() -> Path:
-    """TVMBENCH_HOME, created if missing (one error line when it cannot be a folder)."""
+    """TVMBENCH_HOME, created if missing (one error line when it cannot be a folder: exit 2, bad input)."""
     try:
         return ensure_home()
     except StoreError as exc:
-        fail(str(exc))
+        fail(str(exc), code=INVALID)
         raise  # unreachable: fail exits
 
 
 def open_store(db: str | None, read_only: bool = False) -> ResultStore:
-    """The results database, or one error line naming it; ``read_only`` for commands that only read
-    (they then work on a database they cannot write, such as one on a read-only mount)."""
+    """The results database, or one error line naming it (password masked, exit 2: the --db is bad input);
+    ``read_only`` for commands that only read (they then work on a database they cannot write, such as
+    one on a read-only mount)."""
     try:
         return ResultStore(db, read_only=read_only)
     except StoreError as exc:
-        fail(f"cannot open results database: {exc}")
+        fail(redact(f"cannot open results database: {exc}", db), code=INVALID)
         raise  # unreachable: fail exits
-    except Exception as exc:
-        fail(f"cannot open results database {db or '(default)'}: {one_line(exc)}")
+    except Exception as exc:  # the driver's own error: wrong host, port, user, password, not a database file
+        fail(redact(f"cannot open results database {db or '(default)'}: {one_line(exc)}", db), code=INVALID)
         raise  # unreachable: fail exits
 
 

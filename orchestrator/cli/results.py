@@ -28,12 +28,16 @@ app = typer.Typer(no_args_is_help=True, help="Query the results database.")
 
 @app.command("list")
 def results_list(
-    sweep: Annotated[str | None, typer.Option(help="Sweep id (or prefix); default: all.")] = None,
+    sweep: Annotated[str | None, typer.Option(help="Sweep id, id prefix, label or name; default: all.")] = None,
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """One row per job: configuration, status, median latency, error against ONNX Runtime."""
-    rows = query.results(open_store(db, read_only=True), sweep)
+    store = open_store(db, read_only=True)
+    if sweep:  # a sweep that is not there is a failed lookup (exit 2), not an empty table
+        with failures_as_lines():
+            sweep = query.resolve_sweep(store, sweep).id
+    rows = query.results(store, sweep)
     if as_json:
         print_json(rows)
         return

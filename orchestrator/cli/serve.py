@@ -43,4 +43,4 @@ def serve(
     except ServeError as exc:
         fail(str(exc), code=2)
     except OSError as exc:  # the port is taken, or the address is not this machine's
-        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another --port")
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another --port", code=2)

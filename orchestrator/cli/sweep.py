@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from answers import query, report
-from orchestrator import plan, scheduler, submit
+from db.urls import password_in, shown_url
+from orchestrator import interrupts, plan, scheduler, submit
 from orchestrator.cli.common import (
     MAX_BOARDS,
     NOT_FOUND,
@@ -28,7 +28,9 @@ from orchestrator.cli.common import (
     open_store,
     print_json,
 )
-from orchestrator.spec import SweepSpec, stored_spec
+from orchestrator.cli.progress import progress_bar
+from orchestrator.resume import resume_spec
+from orchestrator.spec import SweepSpec
 
 app = typer.Typer(no_args_is_help=True, help="Plan and run sweeps.")
 
@@ -105,17 +107,6 @@ def _tuning_plan(store, spec: SweepSpec, job) -> dict:
         return {"budget": job.tuning, "error": one_line(exc), "tasks": []}
 
 
-def _progress_bar() -> Progress:
-    return Progress(
-        TextColumn("{task.description}", style="bold", markup=False),
-        BarColumn(),
-        TextColumn("{task.fields[detail]}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=False,
-    )
-
-
 def _execute(
     spec: SweepSpec,
     db: str | None,
@@ -128,7 +119,7 @@ def _execute(
 ) -> None:
     store = open_store(db)
     try:
-        with _progress_bar() as bar, failures_as_lines():
+        with progress_bar(err) as bar, failures_as_lines():
             task = bar.add_task(f"sweep {spec.sweep_id}", total=None, detail="starting")
 
             def on_progress(_event: str, c: dict[str, int]) -> None:
@@ -155,8 +146,12 @@ def _execute(
                 note=note,
                 reopen_cancelled=reopen_cancelled,
             )
-    except KeyboardInterrupt:
-        fail(f"interrupted: finished jobs are stored; `tvmbench sweep resume {spec.sweep_id}` runs the rest", 130)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (orchestrator/interrupts.py): the same cleanup ran
+        fail(
+            f"interrupted ({interrupts.signal_name(exc)}): finished jobs are stored; "
+            f"`tvmbench sweep resume {spec.sweep_id}` runs the rest",
+            interrupts.exit_code(exc),
+        )
     rows = query.results(store, spec.sweep_id)
     if as_json:
         print_json({"sweep_id": spec.sweep_id, "outcome": outcome.summary(), "results": rows})
@@ -206,8 +201,10 @@ def sweep_resume(
     store = open_store(db)
     sweep = store.get_sweep(sweep_id)
     if sweep is None:
-        fail(f"no sweep {sweep_id!r} in {store.url}; `tvmbench results sweeps` lists them", code=NOT_FOUND)
-    spec = call(stored_spec, sweep)
+        fail(f"no sweep {sweep_id!r} in {shown_url(store.url)}; `tvmbench results sweeps` lists them", code=NOT_FOUND)
+    spec, notes = call(resume_spec, store, sweep)
+    for line in notes:
+        note(line)
     _execute(spec, db, tracker, ray_address, boards, as_json, reopen_cancelled=True)
 
 
@@ -235,6 +232,11 @@ def sweep_submit(
     """
     if not path.is_file():
         fail(f"{path}: no such sweep file; give the path to a .toml file", code=2)
+    if db and password_in(db):
+        note(
+            "the --db password travels in the Ray job's environment, which the cluster's dashboard shows: "
+            "a ~/.pgpass on the head node keeps it out of the URL"
+        )
     submitted = call(
         submit.submit_sweep,
         path,

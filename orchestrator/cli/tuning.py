@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cli.common import DbOpt, JsonOpt, console, fail, open_store, print_json
+from orchestrator.cli.common import DbOpt, JsonOpt, console, fail, note, open_store, print_json
 
 app = typer.Typer(no_args_is_help=True, help="MetaSchedule tuning records: list, export and import JSON databases.")
 
@@ -58,7 +58,10 @@ def tuning_export(
     board_key: Annotated[str | None, typer.Option("--board-key", help="Board key the records were timed on.")] = None,
     tvm_version: TvmOpt = None,
     model: ModelOpt = None,
-    top: Annotated[int, typer.Option(help="Only the N fastest valid records per workload (0 = all).", min=0)] = 0,
+    top: Annotated[
+        int | None,
+        typer.Option(help="Only the N fastest valid records per workload (N >= 1; default: every record, failed too)."),
+    ] = None,
     append: Annotated[bool, typer.Option(help="Add to a JSON database already in DIR.")] = False,
     db: DbOpt = None,
     as_json: JsonOpt = False,
@@ -78,8 +81,9 @@ def tuning_export(
     if as_json:
         print_json(summary)
         return
+    which = f"the {top} fastest valid per workload" if top is not None else "every record, failed trials too"
     console.print(
-        f"exported {done.records} record(s) of {done.workloads} workload(s) (board {scope.board_key}, "
+        f"exported {done.records} record(s) ({which}) of {done.workloads} workload(s) (board {scope.board_key}, "
         f"TVM {scope.tvm_version}) to {done.directory}; load with "
         f"ms.database.JSONDatabase(work_dir={str(done.directory)!r})",
         highlight=False,
@@ -103,22 +107,26 @@ def tuning_import(
     from workers.tuning import exchange
 
     store = open_store(db)
+
+    def progress(lines: int, distinct: int) -> None:
+        note(f"read {lines} record line(s): {distinct} distinct")
+
     try:
         done = exchange.import_records(
             store, directory, board_key=board_key, target=target, tvm_version=tvm_version,
-            module_equality=module_equality, model_name=model,
+            module_equality=module_equality, model_name=model, progress=progress,
         )  # fmt: skip
     except exchange.ExchangeError as exc:
         fail(str(exc), code=2)
     summary = {
-        "directory": str(done.directory), "records": done.records, "new": done.new,
+        "directory": str(done.directory), "records": done.records, "distinct": done.distinct, "new": done.new,
         "workloads": done.workloads, "scopes": done.scopes,
     }  # fmt: skip
     if as_json:
         print_json(summary)
         return
     console.print(
-        f"imported {done.records} record(s) of {done.workloads} workload(s) from {done.directory}: "
-        f"{done.new} new, {done.records - done.new} already stored (board {board_key})",
+        f"imported {done.records} record line(s), {done.distinct} distinct, of {done.workloads} workload(s) from "
+        f"{done.directory}: {done.new} new, {done.distinct - done.new} already stored (board {board_key})",
         highlight=False,
     )

@@ -11,18 +11,22 @@ a Raspberry Pi's times with a laptop's), and an import is told the board key its
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.errors import describe_missing
 from core.records import TuningScope
 from workers.tuning.database import MODULE_EQUALITIES, SqlTuningDatabase, canonical_target, installed_tvm_version
+from workers.tuning.json_files import JsonFileError, read_records, read_workloads
 
 if TYPE_CHECKING:
     from db.store import ResultStore
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
+IMPORT_BATCH = 500  # records written per transaction by an import
 
 
 class ExchangeError(ValueError):
@@ -40,7 +44,8 @@ class Exported:
 @dataclass
 class Imported:
     directory: Path
-    records: int = 0  # records read from the files
+    records: int = 0  # record lines read from the files
+    distinct: int = 0  # of those, different records (a long tuning log repeats them)
     new: int = 0  # of those, not yet in the database
     workloads: int = 0
     scopes: list[dict[str, Any]] = field(default_factory=list)
@@ -138,14 +143,20 @@ def export_records(
     scope: TuningScope,
     *,
     model_name: str | None = None,
-    top: int = 0,
+    top: int | None = None,
     append: bool = False,
 ) -> Exported:
-    """Write the records of ``scope`` (of ``model_name``'s workloads; the ``top`` best per workload if
-    ``top`` > 0) as a MetaSchedule JSON database in ``directory``."""
+    """Write the records of ``scope`` (of ``model_name``'s workloads; the ``top`` best valid ones per
+    workload if ``top`` is given, else every record, failed trials too) as a MetaSchedule JSON database
+    in ``directory``."""
     from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord, Workload
 
-    directory.mkdir(parents=True, exist_ok=True)
+    if top is not None and top < 1:
+        raise ExchangeError(
+            f"--top {top} would export nothing: give N >= 1 (the N fastest valid records per workload), "
+            "or leave --top out for every record, failed trials too"
+        )
+    _output_directory(directory)
     existing = [p.name for p in (directory / WORKLOAD_FILE, directory / RECORD_FILE) if p.exists() and p.stat().st_size]
     if existing and not append:
         raise ExchangeError(
@@ -158,9 +169,9 @@ def export_records(
     per_workload: dict[int, int] = {}
     workloads: dict[int, Any] = {}
     for wl, rec in rows:
-        if top and per_workload.get(wl.id, 0) >= top:
+        if top is not None and per_workload.get(wl.id, 0) >= top:
             continue
-        if top and not rec.valid:
+        if top is not None and not rec.valid:
             continue  # "the best N" means measured ones
         if wl.id not in workloads:
             mod = Workload.from_json([wl.workload_hash, wl.mod_b64]).mod
@@ -177,6 +188,23 @@ def export_records(
     return result
 
 
+def _output_directory(directory: Path) -> None:
+    """Create ``directory`` for an export, or an ExchangeError saying why it cannot hold one."""
+    import os
+
+    if directory.exists() and not directory.is_dir():
+        what = "is a file" if directory.is_file() else describe_missing(directory).removesuffix(", not a file")
+        raise ExchangeError(f"{directory} {what}, not a directory: give a new or empty directory to export into")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ExchangeError(
+            f"cannot create {directory} ({exc.strerror or exc}): give a directory you can write"
+        ) from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ExchangeError(f"{directory} is not writable: give a directory you can write")
+
+
 def import_records(
     store: ResultStore,
     directory: Path,
@@ -186,16 +214,24 @@ def import_records(
     tvm_version: str | None = None,
     module_equality: str = "structural",
     model_name: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Imported:
     """Read a MetaSchedule JSON database from ``directory`` into the results database.
 
     Each record keeps its own target (``target`` is for records that have none); the times are taken to
     be of boards of ``board_key`` with ``tvm_version`` (default: this TVM). Importing twice adds nothing.
+    Identical record lines are read once, and the records are written in batches of IMPORT_BATCH rows
+    (one transaction each); ``progress(lines read, distinct records)`` follows the reading.
     """
-    from tvm.s_tir.meta_schedule.database import JSONDatabase
+    from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
     if module_equality not in MODULE_EQUALITIES:
         raise ExchangeError(f"--module-equality {module_equality!r} is not one of {', '.join(MODULE_EQUALITIES)}")
+    if not directory.is_dir():
+        raise ExchangeError(
+            f"{directory} {describe_missing(directory)}: point at a MetaSchedule work_dir "
+            "(the folder ms.database.JSONDatabase(work_dir=...) writes)"
+        )
     missing = [name for name in (WORKLOAD_FILE, RECORD_FILE) if not (directory / name).is_file()]
     if missing:
         raise ExchangeError(
@@ -203,41 +239,67 @@ def import_records(
             "(what ms.database.JSONDatabase(work_dir=...) writes)"
         )
     fallback = target_filter(target)
+    workload_path, record_path = directory / WORKLOAD_FILE, directory / RECORD_FILE
     try:
-        src = JSONDatabase(work_dir=str(directory), allow_missing=False, module_equality=module_equality)
-        records = src.get_all_tuning_records()
-    except Exception as exc:
-        raise ExchangeError(
-            f"cannot read the JSON database in {directory}: {str(exc).splitlines()[-1][:300]}"
-        ) from None
-    result = Imported(directory)
+        workload_lines = read_workloads(workload_path)
+        lines, count = read_records(record_path, len(workload_lines), progress)
+    except JsonFileError as exc:
+        raise ExchangeError(f"{exc}; fix or remove that line") from None
+    except OSError as exc:
+        raise ExchangeError(f"cannot read the JSON database in {directory}: {exc.strerror or exc}") from None
+    result = Imported(directory, records=count, distinct=len(lines))
     tvm_version = tvm_version or installed_tvm_version()
+    workloads: dict[int, Any] = {}
+    records = []
+    for line in lines:  # distinct lines only: the TVM objects are built once per record
+        if line.workload_index not in workloads:
+            number, value = workload_lines[line.workload_index]
+            try:
+                workloads[line.workload_index] = Workload.from_json(value)
+            except Exception as exc:
+                what = f"not a MetaSchedule workload ({_last_line(exc)})"
+                raise ExchangeError(f"{workload_path}:{number}: {what}") from None
+        try:
+            records.append(TuningRecord.from_json(line.record, workloads[line.workload_index]))
+        except Exception as exc:
+            raise ExchangeError(f"{record_path}:{line.line}: not a MetaSchedule record ({_last_line(exc)})") from None
     dbs: dict[str, SqlTuningDatabase] = {}
-    seen_workloads: set[tuple[str, int]] = set()
+    bound: dict[tuple[str, int], Any] = {}  # (target, workload index) -> that database's workload object
     before: dict[str, int] = {}
     source = f"import {directory}"[:200]
-    for record in records:
+    writes = []
+    for line, record in zip(lines, records, strict=True):
         tgt = canonical_target(record.target) if record.target is not None else fallback
         if tgt is None:
-            raise ExchangeError(f"a record in {directory} has no target: give the one it was tuned for with --target")
-        db = dbs.get(str(tgt))
-        if db is None:
-            db = SqlTuningDatabase(
+            raise ExchangeError(
+                f"{record_path}:{line.line}: the record has no target: give the one it was tuned for with --target"
+            )
+        key = str(tgt)
+        if key not in dbs:
+            dbs[key] = SqlTuningDatabase(
                 target=tgt, board_key=board_key, tvm_version=tvm_version, module_equality=module_equality,
                 model_name=model_name, source=source, store=store,
             )  # fmt: skip
-            dbs[str(tgt)] = db
-            before[str(tgt)] = len(db)
-        workload = db.commit_workload(record.workload.mod)
-        seen_workloads.add((str(tgt), db.workload_row_id(workload)))
-        db.commit_tuning_record(_rebind(record, workload))
-        result.records += 1
+            before[key] = len(dbs[key])
+        if (key, line.workload_index) not in bound:  # one structural hash per workload, not one per record
+            bound[(key, line.workload_index)] = dbs[key].commit_workload(record.workload.mod)
+        writes.append((dbs[key], _rebind(record, bound[(key, line.workload_index)])))
+    for start in range(0, len(writes), IMPORT_BATCH):
+        with store.batch():  # the workloads are stored above: no record's write needs an answer back
+            for db, record in writes[start : start + IMPORT_BATCH]:
+                db.commit_tuning_record(record)
     for key, db in dbs.items():
         after = len(db)
         result.new += after - before[key]
         result.scopes.append({**db.scope.__dict__, "records": after})
-    result.workloads = len(seen_workloads)
+    result.workloads = len({(key, dbs[key].workload_row_id(w)) for (key, _), w in bound.items()})
     return result
+
+
+def _last_line(exc: BaseException) -> str:
+    """The last line of a TVM error (its message; the lines above are C++ frames), shortened."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:300]
 
 
 def _rebind(record: Any, workload: Any) -> Any:

@@ -1,0 +1,56 @@
+"""SIGTERM ends a command the way Ctrl-C does: a ``KeyboardInterrupt`` in the main thread, so the same
+cleanup runs (finished jobs stay stored, the farm and Ray are stopped) and one line says how to go on.
+
+Python's default SIGTERM kills the process at once; ``ray.init`` installs two handlers of its own in
+the driver (Ray's node ``sigterm_handler``, which exits 1, and absl's failure signal handler, which
+prints a native crash dump and exits 134). ``keep_handlers`` puts ours back after Ray starts.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+SIGINT_EXIT = 128 + signal.SIGINT  # 130, what a shell reports for a Ctrl-C
+SIGTERM_EXIT = 128 + signal.SIGTERM  # 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: raised in the main thread like Ctrl-C's KeyboardInterrupt."""
+
+
+def _raise_terminated(_signum: int, _frame: FrameType | None) -> None:
+    raise Terminated()
+
+
+def install() -> None:
+    """SIGTERM raises ``Terminated`` in the main thread from now on (call from the main thread)."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit status of a command ended by ``exc``: 143 after SIGTERM, 130 after Ctrl-C."""
+    return SIGTERM_EXIT if isinstance(exc, Terminated) else SIGINT_EXIT
+
+
+def signal_name(exc: BaseException) -> str:
+    return "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
+
+
+@contextmanager
+def keep_handlers() -> Iterator[None]:
+    """Restore this process's SIGTERM and SIGINT handlers after the block (``ray.init`` replaces them)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set them
+        yield
+        return
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:  # None: set outside Python; nothing to restore it with
+                signal.signal(sig, handler)
