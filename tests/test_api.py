@@ -96,7 +96,7 @@ def test_api_errors_are_the_library_s_one_line_errors(two_runs, tmp_path: Path) 
         results.query(modle="tiny_mlp")
     with pytest.raises(QueryError, match="no job"):
         results.history("ffffffffffff")
-    with pytest.raises(SpecError, match="missing.toml: no such sweep file"):
+    with pytest.raises(SpecError, match=r"missing\.toml: no such sweep file"):
         tvmbench.plan(tmp_path / "missing.toml")
 
 
