@@ -164,8 +164,8 @@ def create_app(
         if not data["samples"]:
             return not_found(request, f"job {data['job_key']} has no samples")
         title = f"{data['model']} {data['executor']} O{data['opt_level']}: {len(data['samples'])} samples"
-        fig = plots.samples_figure(data["samples"], data["unit"] or "ms", title)
-        return Response(plots.png(fig), media_type="image/png")
+        drawn = plots.png(lambda: plots.samples_figure(data["samples"], data["unit"] or "ms", title))
+        return Response(drawn, media_type="image/png")
 
     def compare_page(request: Request) -> Response:
         params = request.query_params
@@ -199,7 +199,7 @@ def create_app(
             data = views.history(store, request.path_params["key"], method)
         except q.QueryError as exc:
             return not_found(request, str(exc))
-        return Response(plots.png(plots.history_figure(data)), media_type="image/png")
+        return Response(plots.png(lambda: plots.history_figure(data)), media_type="image/png")
 
     def farm_page(request: Request) -> Response:
         return answer(request, "farm.html", views.farm(store, tracker))

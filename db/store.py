@@ -28,6 +28,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import QueuePool
 
 from core import records
 from core.errors import describe_missing, one_line
@@ -120,6 +121,10 @@ def _writable(path: Path) -> bool:
     return os.access(path.parent, os.W_OK) and (not path.exists() or os.access(path, os.W_OK))
 
 
+#: Threads that read through one read-only engine at once: Starlette's threadpool (anyio's 40 tokens).
+READ_THREADS = 40
+
+
 def make_engine(url: str, *, read_only: bool = False) -> Engine:
     """An engine with the per-backend settings that make writes durable and concurrent.
 
@@ -134,7 +139,18 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
 
         mode = "mode=ro" if os.access(path.parent, os.W_OK) else "immutable=1"
         target = f"file:{quote(str(path.resolve()))}?{mode}"
-        engine = create_engine("sqlite://", creator=lambda: _sqlite_connect(target))
+        # A file URL would get SQLAlchemy's QueuePool, but ``creator`` with "sqlite://" gets the in-memory
+        # default, a SingletonThreadPool: one connection per thread, closed by whichever thread tidies the
+        # pool, under the dashboard's worker threads (SIGSEGV, "Cannot operate on a closed database").
+        # A QueuePool lends each connection to one thread at a time; it holds as many as Starlette's
+        # threadpool runs at once, so no request waits for another's connection.
+        engine = create_engine(
+            "sqlite://",
+            creator=lambda: _sqlite_connect(target),
+            poolclass=QueuePool,
+            pool_size=8,
+            max_overflow=READ_THREADS - 8,
+        )
 
         @event.listens_for(engine, "connect")
         def _read_pragmas(dbapi_conn: Any, _record: Any) -> None:
