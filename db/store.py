@@ -35,6 +35,7 @@ from core.errors import describe_missing, one_line
 from core.health import next_state
 from core.pass_trace import compact_split, expand, pipeline_passes
 from db import models as m
+from db.lookup import resolve_prefix
 
 T = TypeVar("T")
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -477,12 +478,11 @@ class ResultStore:
 
         self._write(write)
 
-    def get_sweep(self, sweep_id: str) -> m.Sweep | None:
+    def get_sweep(self, sweep_ref: str) -> m.Sweep | None:
+        """The sweep with this id or unique id prefix; None if none, QueryError if several start so."""
         with self._sessions() as s:
-            sweep = s.get(m.Sweep, sweep_id)
-            if sweep is None:
-                sweep = s.scalars(select(m.Sweep).where(m.Sweep.id.startswith(sweep_id))).first()
-            return sweep
+            sweep_id = resolve_prefix(s, m.Sweep.id, sweep_ref, "sweep id")
+            return None if sweep_id is None else s.get(m.Sweep, sweep_id)
 
     # --- builds ---------------------------------------------------------------------------------
 
@@ -679,13 +679,16 @@ class ResultStore:
             return {board_id: state for board_id, state in s.execute(select(m.Board.id, m.Board.state))}
 
     def reset_board(self, board_ref: str) -> list[str]:
-        """Put boards whose id starts with ``board_ref`` back to ``ok`` (ends a quarantine); returns their ids."""
+        """Put the board with id (or unique id prefix) ``board_ref`` back to ``ok`` (ends a quarantine);
+        returns its id in a list, empty when no board matches. QueryError when several boards do."""
 
         def write(s: Session) -> list[str]:
-            boards = list(s.scalars(select(m.Board).where(m.Board.id.startswith(board_ref))))
-            for board in boards:
-                board.state, board.consecutive_failures = "ok", 0
-            return [b.id for b in boards]
+            board_id = resolve_prefix(s, m.Board.id, board_ref, "board id")
+            if board_id is None:
+                return []
+            board = s.get(m.Board, board_id)
+            board.state, board.consecutive_failures = "ok", 0
+            return [board_id]
 
         return self._write(write)
 

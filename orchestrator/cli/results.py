@@ -33,7 +33,8 @@ def results_list(
     as_json: JsonOpt = False,
 ) -> None:
     """One row per job: configuration, status, median latency, error against ONNX Runtime."""
-    rows = query.results(open_store(db, read_only=True), sweep)
+    with failures_as_lines():  # an unknown or ambiguous --sweep: one line, exit 2
+        rows = query.results(open_store(db, read_only=True), sweep)
     if as_json:
         print_json(rows)
         return

@@ -204,7 +204,7 @@ def sweep_resume(
 ) -> None:
     """Finish a stored sweep: jobs without a final row run, and so do jobs `sweep cancel` ended."""
     store = open_store(db)
-    sweep = store.get_sweep(sweep_id)
+    sweep = call(store.get_sweep, sweep_id)  # a prefix of several sweeps: one line, exit 2
     if sweep is None:
         fail(f"no sweep {sweep_id!r} in {store.url}; `tvmbench results sweeps` lists them", code=NOT_FOUND)
     spec = call(stored_spec, sweep)
