@@ -277,7 +277,7 @@ def test_db_that_is_a_directory_fails_at_once(tmp_path: Path, home: Path) -> Non
     result = invoke("results", "sweeps", "--db", f"sqlite:///{tmp_path}")
     took = time.monotonic() - start
     line = one_error_line(result)
-    assert result.exit_code == 1 and f"{tmp_path} is a directory" in line and "results.db" in line, line
+    assert result.exit_code == 2 and f"{tmp_path} is a directory" in line and "results.db" in line, line
     assert took < 3, f"took {took:.1f}s: the open was retried"
     missing = invoke("results", "sweeps", "--db", f"sqlite:///{tmp_path}/no/such/r.db")
     assert "folder" in one_error_line(missing) and "does not exist" in missing.output
@@ -499,7 +499,7 @@ def test_a_port_out_of_range_is_one_line(home: Path, command: tuple[str, ...], p
 )
 def test_an_unsupported_database_url_says_what_is_supported(home: Path, url: str, expected: str) -> None:
     result = invoke("results", "list", "--db", url)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     line = one_error_line(result)
     assert expected in line and "sqlite:///" in line and "postgresql+psycopg://" in line, line
 
@@ -511,5 +511,5 @@ def test_tvmbench_home_that_is_a_file_is_one_line(tmp_path: Path, monkeypatch, c
     monkeypatch.setenv("TVMBENCH_HOME", str(home))
     monkeypatch.delenv("TVMBENCH_DB", raising=False)
     result = invoke(*command)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert f"TVMBENCH_HOME {home} is a file, not a folder" in one_error_line(result)

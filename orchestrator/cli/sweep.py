@@ -62,7 +62,7 @@ def sweep_plan(
 ) -> None:
     """Dry run: the job matrix, what is already built or measured, and what will run."""
     spec = load(path, label)
-    store = open_store(db, read_only=True)
+    store = open_store(db, read_only=True)  # no database yet: nothing is cached, none is created
     rows = plan.plan_rows(spec, store)
     default = _default_target_note(spec)
     jobs = {job.key: job for job in plan.plan_jobs(spec)}
