@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from db.store import ResultStore
 
 
-
-
 class NoSuchJob(LookupError):
     """No stored job has the key (prefix) asked for; the message says how to list them."""
 

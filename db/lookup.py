@@ -63,4 +63,3 @@ def resolve_prefix(session: Any, column: Any, ref: str, what: str, *where: Any) 
         total = session.scalar(select(func.count()).select_from(stmt.subquery())) if len(found) > SHOWN else None
         raise ambiguous(what, ref, found, total)
     return found[0] if found else None
-

@@ -55,7 +55,7 @@ def test_an_overlong_filter_is_refused_not_echoed(base: str) -> None:
     huge = "m" * 60_000
     status, _, page = get(f"{base}/sweep/{A}?model={huge}")
     assert status == 400 and "?model= is 60000 characters long; at most 512" in page, (status, page[:500])
-    assert huge[:MAX_VALUE + 1] not in page and len(page) < 20_000
+    assert huge[: MAX_VALUE + 1] not in page and len(page) < 20_000
     status, _, body = get(f"{base}/api/sweep/{A}?model={huge}&sort=median")
     assert status == 400 and "?model= is 60000 characters long" in json.loads(body)["error"]
     status, _, page = get(f"{base}/sweep/{A}?model={'m' * MAX_VALUE}")
