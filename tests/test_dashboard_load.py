@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -60,9 +61,15 @@ def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str], list[st
     )  # fmt: skip
     try:
         assert proc.stderr is not None
-        line = proc.stderr.readline()  # the server prints its address once it listens
-        found = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
-        assert found, f"serve did not start: {line}{proc.stderr.read() if proc.poll() is not None else ''}"
+        seen, found = [], None
+        for line in proc.stderr:  # the server prints its address once it listens (ends if it exits)
+            seen.append(line)
+            found = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+            if found:
+                break
+        assert found, f"serve did not start: {''.join(seen)[-2000:]}"
+        # Keep reading what it logs (tracebacks of failed requests), so a full pipe never stalls it.
+        threading.Thread(target=lambda: seen.extend(proc.stderr or ()), daemon=True).start()
         yield f"http://127.0.0.1:{found.group(1)}", proc, keys
     finally:
         if proc.poll() is None:
