@@ -18,16 +18,13 @@ from core import liveness
 from core.pass_trace import expand
 from core.records import FINAL_STATUSES, PENDING_STATUSES
 from db import models as m
+from db.lookup import QueryError, resolve_prefix
 
 if TYPE_CHECKING:
     import pandas as pd
     from sqlalchemy.orm import Session
 
     from db.store import ResultStore
-
-
-class QueryError(ValueError):
-    """Bad input to a query (unknown sweep, column or value); the message names the culprit."""
 
 
 class NoSuchJob(LookupError):
@@ -130,14 +127,9 @@ class Filters:
 def resolve_sweep(store: ResultStore, ref: str) -> m.Sweep:
     """The one sweep ``ref`` names: exact id, unique id prefix, or label/name (newest wins)."""
     with store.read() as s:
-        exact = s.get(m.Sweep, ref)
-        if exact is not None:
-            return exact
-        by_prefix = list(s.scalars(select(m.Sweep).where(m.Sweep.id.startswith(ref, autoescape=True)).limit(2)))
-        if len(by_prefix) == 1:
-            return by_prefix[0]
-        if len(by_prefix) > 1:
-            raise QueryError(f"sweep {ref!r} is ambiguous: several sweep ids start with it; give more characters")
+        sweep_id = resolve_prefix(s, m.Sweep.id, ref, "sweep id")
+        if sweep_id is not None:
+            return s.get(m.Sweep, sweep_id)
         named = s.scalars(
             select(m.Sweep)
             .where((m.Sweep.label == ref) | (m.Sweep.name == ref))
@@ -408,7 +400,8 @@ def pivot(df: pd.DataFrame, rows: Sequence[str], columns: str, value: str = "med
 
 
 def results(store: ResultStore, sweep_id: str | None = None) -> list[dict[str, Any]]:
-    """One flat row per job (its final run's figures joined in), newest sweep first."""
+    """One flat row per job (its final run's figures joined in), newest sweep first; ``sweep_id``: only
+    that sweep's (an id, unique id prefix or label: QueryError when it names none or several)."""
     stmt = (
         select(m.Job, m.Run, m.Build, m.Sweep.created_at)
         .join(m.Sweep, m.Sweep.id == m.Job.sweep_id)
@@ -417,25 +410,31 @@ def results(store: ResultStore, sweep_id: str | None = None) -> list[dict[str, A
         .order_by(m.Sweep.created_at.desc(), m.Job.id)
     )
     if sweep_id:
-        stmt = stmt.where(m.Job.sweep_id.startswith(sweep_id))
+        stmt = stmt.where(m.Job.sweep_id == resolve_sweep(store, sweep_id).id)
     with store.read() as s:
         return [_result_row(job, run, build) for job, run, build, _ in s.execute(stmt)]
 
 
 def job_detail(store: ResultStore, job_ref: str, sweep_id: str | None = None) -> dict[str, Any] | None:
-    """Everything about one job (key prefix), from the newest sweep that has it unless ``sweep_id``."""
-    stmt = (
-        select(m.Job)
-        .join(m.Sweep, m.Sweep.id == m.Job.sweep_id)
-        .where(m.Job.job_key.startswith(job_ref))
-        .order_by(m.Sweep.created_at.desc())
-    )
-    if sweep_id:
-        stmt = stmt.where(m.Job.sweep_id.startswith(sweep_id))
+    """Everything about one job (key or unique key prefix), from the newest sweep that has it unless
+    ``sweep_id`` (an id or unique id prefix). None when no job matches; QueryError when several keys do."""
     with store.read() as s:
-        job = s.scalars(stmt).first()
-        if job is None:
+        within: list[Any] = []
+        if sweep_id:
+            sweep_id = resolve_prefix(s, m.Sweep.id, sweep_id, "sweep id")
+            if sweep_id is None:
+                return None
+            within.append(m.Job.sweep_id == sweep_id)
+        job_key = resolve_prefix(s, m.Job.job_key, job_ref, "job key", *within)
+        if job_key is None:
             return None
+        stmt = (
+            select(m.Job)
+            .join(m.Sweep, m.Sweep.id == m.Job.sweep_id)
+            .where(m.Job.job_key == job_key, *within)
+            .order_by(m.Sweep.created_at.desc(), m.Job.id.desc())
+        )
+        job = s.scalars(stmt.limit(1)).first()
         build = s.get(m.Build, job.build_key)
         runs = list(s.scalars(select(m.Run).where(m.Run.job_id == job.id).order_by(m.Run.attempt)))
         final = next((r for r in runs if r.id == job.final_run_id), None)

@@ -22,6 +22,7 @@ from sqlalchemy import select
 from answers import query as q
 from answers.analysis_views import _jsonable, records
 from db import models as m
+from db.lookup import resolve_prefix
 
 if TYPE_CHECKING:
     from db.store import ResultStore
@@ -169,15 +170,12 @@ def history(
     if method not in METHODS:
         raise q.QueryError(f"unknown regression method {method!r}; choose from {', '.join(sorted(METHODS))}")
     judge, p = METHODS[method], params or Params()
-    with store.engine.connect() as conn:
-        keys = list(conn.execute(select(m.Job.job_key).where(m.Job.job_key.startswith(job_key, autoescape=True))
-                                 .distinct().limit(2)).scalars())  # fmt: skip
-    if not keys:
+    with store.read() as s:
+        key = resolve_prefix(s, m.Job.job_key, job_key, "job key")
+    if key is None:
         raise q.QueryError(f"no job with key starting {job_key!r}; `tvmbench results list` shows the keys")
-    if len(keys) > 1:
-        raise q.QueryError(f"job key {job_key!r} is ambiguous: several configurations start with it")
     columns = [*_COLUMNS, "status", "sweep_label", "load_avg_1m"]
-    df = q.frame(store, q.base_select(columns).where(m.Job.job_key == keys[0]))
+    df = q.frame(store, q.base_select(columns).where(m.Job.job_key == key))
     df = df.sort_values(["sweep_created_at", "finished_at"], na_position="last")
     first = df.iloc[0]
     points: list[dict[str, Any]] = []
@@ -200,4 +198,4 @@ def history(
         series.append(float(r["median"]))
         points.append(point)
     identity = {k: _jsonable(first[k]) for k in ("model", "target", "board_key", "executor", "opt_level", "pipeline")}
-    return {"job_key": keys[0], **identity, "method": method, "lookback": p.lookback, "points": records(points)}
+    return {"job_key": key, **identity, "method": method, "lookback": p.lookback, "points": records(points)}

@@ -8,6 +8,7 @@ work with no internet. Every handler only reads (the store is opened read-only b
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
@@ -60,6 +61,24 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+#: The longest query or path value answered (characters): ids are 12-64, names and filters a few dozen.
+#: Longer is refused (400) rather than echoed into every link of the page (a 60 KB filter made 847 KB).
+MAX_VALUE = 512
+#: The live pages' poll names every sweep they show running (13 characters each).
+MAX_WATCH = 16384
+
+
+def too_long(request: Request) -> str | None:
+    """What is wrong when a query or path value of ``request`` is over its bound, else None."""
+    values = [(f"?{k}=", v) for k, v in request.query_params.multi_items()]
+    values += [(f"{{{k}}} in the path", str(v)) for k, v in request.path_params.items()]
+    for name, value in values:
+        limit = MAX_WATCH if name == "?watch=" else MAX_VALUE
+        if len(value) > limit:
+            return f"{name} is {len(value)} characters long; at most {limit} are answered: shorten it"
+    return None
+
+
 def shown_url(store: ResultStore) -> str:
     """The database as the user named it, password hidden."""
     from sqlalchemy.engine import make_url
@@ -107,6 +126,15 @@ def create_app(
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": message}, status_code=status_code)
         return page(request, "error.html", status_code=status_code, message=message)
+
+    def bounded(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
+        """``handler``, answering 400 instead when a query or path value is over its bound (too_long)."""
+
+        def checked(request: Request) -> Response:
+            problem = too_long(request)
+            return not_found(request, problem, 400) if problem else handler(request)
+
+        return checked
 
     def index(request: Request) -> Response:
         return RedirectResponse("/sweeps")
@@ -164,26 +192,28 @@ def create_app(
         if not data["samples"]:
             return not_found(request, f"job {data['job_key']} has no samples")
         title = f"{data['model']} {data['executor']} O{data['opt_level']}: {len(data['samples'])} samples"
-        fig = plots.samples_figure(data["samples"], data["unit"] or "ms", title)
-        return Response(plots.png(fig), media_type="image/png")
+        drawn = plots.png(lambda: plots.samples_figure(data["samples"], data["unit"] or "ms", title))
+        return Response(drawn, media_type="image/png")
 
     def compare_page(request: Request) -> Response:
         params = request.query_params
         a, b = params.get("a"), params.get("b")
         data: dict[str, Any] | None = None
         error = None
+        status = 200
         if a and b:
             try:
-                threshold = float(params.get("threshold") or 0.05)
-                alpha = float(params.get("alpha") or 0.05)
+                threshold, alpha = (_number(params, name) for name in ("threshold", "alpha"))
                 data = views.compare(store, a, b, threshold=threshold, alpha=alpha)
-            except ValueError as exc:  # QueryError is a ValueError too
-                error = str(exc)
+            except q.QueryError as exc:  # an unknown or ambiguous sweep, like /sweep/{ref}
+                error, status = str(exc), 404
+            except ValueError as exc:  # a threshold or alpha that is no number
+                error, status = str(exc), 400
         elif request.url.path.startswith("/api/"):
-            error = "give two sweeps: /api/compare?a=BASELINE&b=NEW"
+            error, status = "give two sweeps: /api/compare?a=BASELINE&b=NEW", 400
         if request.url.path.startswith("/api/"):
-            return JSONResponse({"error": error}, status_code=400) if error else JSONResponse(data)
-        return page(request, "compare.html", data=data, error=error, sweeps=views.sweeps(store), a=a, b=b)
+            return JSONResponse({"error": error}, status_code=status) if error else JSONResponse(data)
+        return page(request, "compare.html", status, data=data, error=error, sweeps=views.sweeps(store), a=a, b=b)
 
     def history_page(request: Request) -> Response:
         method = request.query_params.get("method") or "zscore"
@@ -199,32 +229,41 @@ def create_app(
             data = views.history(store, request.path_params["key"], method)
         except q.QueryError as exc:
             return not_found(request, str(exc))
-        return Response(plots.png(plots.history_figure(data)), media_type="image/png")
+        return Response(plots.png(lambda: plots.history_figure(data)), media_type="image/png")
 
     def farm_page(request: Request) -> Response:
         return answer(request, "farm.html", views.farm(store, tracker))
 
     routes = [
-        Route("/", index),
-        Route("/sweeps", sweeps_page),
-        Route("/api/sweeps", sweeps_page),
-        Route("/sweep/{ref}", sweep_page),
-        Route("/api/sweep/{ref}", sweep_page),
-        Route("/sweep/{ref}/plot/{stem}.png", sweep_plot),
-        Route("/job/{key}", job_page),
-        Route("/api/job/{key}", job_page),
-        Route("/job/{key}/samples.png", job_samples),
-        Route("/compare", compare_page),
-        Route("/api/compare", compare_page),
-        Route("/history/{key}", history_page),
-        Route("/api/history/{key}", history_page),
-        Route("/history/{key}/plot.png", history_plot),
-        Route("/farm", farm_page),
-        Route("/api/farm", farm_page),
+        Route("/", bounded(index)),
+        Route("/sweeps", bounded(sweeps_page)),
+        Route("/api/sweeps", bounded(sweeps_page)),
+        Route("/sweep/{ref}", bounded(sweep_page)),
+        Route("/api/sweep/{ref}", bounded(sweep_page)),
+        Route("/sweep/{ref}/plot/{stem}.png", bounded(sweep_plot)),
+        Route("/job/{key}", bounded(job_page)),
+        Route("/api/job/{key}", bounded(job_page)),
+        Route("/job/{key}/samples.png", bounded(job_samples)),
+        Route("/compare", bounded(compare_page)),
+        Route("/api/compare", bounded(compare_page)),
+        Route("/history/{key}", bounded(history_page)),
+        Route("/api/history/{key}", bounded(history_page)),
+        Route("/history/{key}/plot.png", bounded(history_plot)),
+        Route("/farm", bounded(farm_page)),
+        Route("/api/farm", bounded(farm_page)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)] if allowed_hosts else []
     return Starlette(routes=routes, middleware=middleware)
+
+
+def _number(params: Any, name: str, default: float = 0.05) -> float:
+    """The query parameter ``name`` as a float (``default`` when absent); ValueError naming it otherwise."""
+    raw = params.get(name)
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        raise ValueError(f"?{name}={raw!r} is not a number: give e.g. {name}=0.05") from None
 
 
 #: Keys of `results show --json` that the job page shows in their own section; any other key (what

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from answers import html_report
@@ -23,7 +24,7 @@ _CACHE_SIZE = 256  # drawn plots kept (PNGs of some tens of kB)
 _specs: OrderedDict[tuple[Any, ...], list[html_report.PlotSpec]] = OrderedDict()
 _drawn: OrderedDict[tuple[Any, ...], bytes] = OrderedDict()
 # matplotlib's Figure objects are independent, but its font cache and text layout are not thread safe:
-# the server's worker threads draw one plot at a time.
+# the server's worker threads make and draw one plot at a time.
 _draw_lock = threading.Lock()
 
 
@@ -68,10 +69,11 @@ def sweep_plot_png(store: ResultStore, sweep_id: str, stem: str) -> bytes | None
         return _remember(_drawn, key, html_report._png(specs[stem].draw()), _CACHE_SIZE)
 
 
-def png(fig: Figure) -> bytes:
-    """A figure as PNG bytes (one at a time, see _draw_lock)."""
+def png(draw: Callable[[], Figure]) -> bytes:
+    """The figure ``draw`` makes, as PNG bytes: made and rendered one at a time (see _draw_lock), since
+    building it (titles, labels, ticks) uses matplotlib's shared font and text state as much as saving it."""
     with _draw_lock:
-        return html_report._png(fig)
+        return html_report._png(draw())
 
 
 def samples_figure(samples: list[float], unit: str, title: str) -> Figure:

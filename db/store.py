@@ -26,14 +26,16 @@ from typing import Any, TypeVar
 from sqlalchemy import case, create_engine, event, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DatabaseError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import QueuePool
 
 from core import records
 from core.errors import describe_missing, one_line
 from core.health import next_state
 from core.pass_trace import compact_split, expand, pipeline_passes
 from db import models as m
+from db.lookup import resolve_prefix
 
 T = TypeVar("T")
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -116,8 +118,8 @@ def check_backend(url: str) -> None:
         )
 
 
-def _writable(path: Path) -> bool:
-    return os.access(path.parent, os.W_OK) and (not path.exists() or os.access(path, os.W_OK))
+#: Threads that read through one read-only engine at once: Starlette's threadpool (anyio's 40 tokens).
+READ_THREADS = 40
 
 
 def make_engine(url: str, *, read_only: bool = False) -> Engine:
@@ -134,7 +136,18 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
 
         mode = "mode=ro" if os.access(path.parent, os.W_OK) else "immutable=1"
         target = f"file:{quote(str(path.resolve()))}?{mode}"
-        engine = create_engine("sqlite://", creator=lambda: _sqlite_connect(target))
+        # A file URL would get SQLAlchemy's QueuePool, but ``creator`` with "sqlite://" gets the in-memory
+        # default, a SingletonThreadPool: one connection per thread, closed by whichever thread tidies the
+        # pool, under the dashboard's worker threads (SIGSEGV, "Cannot operate on a closed database").
+        # A QueuePool lends each connection to one thread at a time; it holds as many as Starlette's
+        # threadpool runs at once, so no request waits for another's connection.
+        engine = create_engine(
+            "sqlite://",
+            creator=lambda: _sqlite_connect(target),
+            poolclass=QueuePool,
+            pool_size=8,
+            max_overflow=READ_THREADS - 8,
+        )
 
         @event.listens_for(engine, "connect")
         def _read_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -250,8 +263,33 @@ def schema_problem(engine: Engine, shown: str = "...") -> str | None:
     if current == head:
         return None
     if current is None:
-        return "it holds no tvmbench schema (an empty or foreign database); run a sweep or `tvmbench db upgrade` first"
+        return (
+            "it is not a tvmbench database (it holds no tvmbench schema: empty, or another program's); give the "
+            "path of a results database, or run a sweep or `tvmbench db upgrade` to make this one"
+        )
     return f"its schema is at revision {current}, this tvmbench needs {head}: run `tvmbench db upgrade --db {shown}`"
+
+
+def _open_for_reading(url: str, path: Path | None) -> Engine:
+    """A read-only engine on an existing tvmbench database at the newest schema, else StoreError."""
+    if path is not None and not path.is_file():
+        raise StoreError(f"no results database at {path}: run a sweep first, or give --db (or TVMBENCH_DB)")
+    engine = make_engine(url, read_only=True)
+    shown = make_url(url).render_as_string(hide_password=True)
+    try:
+        problem = schema_problem(engine, shown)
+    except DatabaseError as exc:
+        engine.dispose()
+        if path is None or "not a database" not in str(exc):
+            raise
+        raise StoreError(
+            f"{path} is not a tvmbench database (SQLite says: {one_line(exc.orig)}): give the path of a "
+            "results database"
+        ) from None
+    if problem:
+        engine.dispose()
+        raise StoreError(f"results database {path or shown}: {problem}")
+    return engine
 
 
 class ResultStore:
@@ -262,59 +300,27 @@ class ResultStore:
     ) -> None:
         """Open (and migrate) the database at ``url``.
 
-        ``read_only``: for commands that only read. An existing SQLite file at the newest schema is opened
-        read-only, so it can be queried where it cannot be written (a read-only mount); one at an older
-        schema is migrated first where it is writable. Other backends open as usual.
-
-        ``never_write`` (the dashboard): every backend refuses writes at the database level (SQLite as
-        above, PostgreSQL in read-only transactions), and nothing is created or migrated: a missing file or
-        a schema other than the newest is a StoreError saying what to run.
+        ``read_only`` (commands that only read) and ``never_write`` (the dashboard), the same: every
+        backend refuses writes at the database level (SQLite opened ``mode=ro``, or ``immutable=1`` on a
+        read-only mount; PostgreSQL in read-only transactions), and nothing is created or migrated: a
+        missing file, a file that is not a tvmbench database and a schema other than the newest are each
+        a StoreError saying what to do.
         """
         self.url = url or default_url()
         check_backend(self.url)
         path = sqlite_path(self.url)
         if path is not None:
             check_sqlite_path(path)
-        if never_write:
-            if path is not None and not path.is_file():
-                raise StoreError(f"no results database at {path}: run a sweep first, or give --db (or TVMBENCH_DB)")
-            self.read_only = True
-            self.engine = make_engine(self.url, read_only=True)
-            shown = make_url(self.url).render_as_string(hide_password=True)
-            problem = schema_problem(self.engine, shown)
-            if problem:
-                self.engine.dispose()
-                raise StoreError(f"results database {path or shown}: {problem}")
-            self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-            return
-        self.read_only = bool(read_only and path is not None and path.is_file())
-        self.engine = make_engine(self.url, read_only=self.read_only)
-        if self.read_only and not self._at_head():
-            if not _writable(path):
-                raise StoreError(
-                    f"{path} is read-only and at an older schema: run `tvmbench db upgrade` where it is "
-                    "writable, or copy it somewhere writable"
-                )
-            self.engine.dispose()
-            self.read_only = False
-            self.engine = make_engine(self.url)
-        if not self.read_only and migrate:
-            self._retry(lambda: upgrade(self.engine))
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._pending: list[Callable[[Session], Any]] | None = None  # queued writes of a batch()
         self._job_ids: dict[tuple[str, str], int] = {}
-
-    def _at_head(self) -> bool:
-        """Whether the database is at the newest migration (a read-only one cannot be migrated)."""
-        from alembic.config import Config
-        from alembic.runtime.migration import MigrationContext
-        from alembic.script import ScriptDirectory
-
-        config = Config()
-        config.set_main_option("script_location", str(MIGRATIONS))
-        head = ScriptDirectory.from_config(config).get_current_head()
-        with self.engine.connect() as conn:
-            return MigrationContext.configure(conn).get_current_revision() == head
+        self.read_only = read_only or never_write
+        if self.read_only:
+            self.engine = _open_for_reading(self.url, path)
+        else:
+            self.engine = make_engine(self.url)
+            if migrate:
+                self._retry(lambda: upgrade(self.engine))
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -474,12 +480,11 @@ class ResultStore:
 
         self._write(write)
 
-    def get_sweep(self, sweep_id: str) -> m.Sweep | None:
+    def get_sweep(self, sweep_ref: str) -> m.Sweep | None:
+        """The sweep with this id or unique id prefix; None if none, QueryError if several start so."""
         with self._sessions() as s:
-            sweep = s.get(m.Sweep, sweep_id)
-            if sweep is None:
-                sweep = s.scalars(select(m.Sweep).where(m.Sweep.id.startswith(sweep_id))).first()
-            return sweep
+            sweep_id = resolve_prefix(s, m.Sweep.id, sweep_ref, "sweep id")
+            return None if sweep_id is None else s.get(m.Sweep, sweep_id)
 
     # --- builds ---------------------------------------------------------------------------------
 
@@ -676,13 +681,16 @@ class ResultStore:
             return {board_id: state for board_id, state in s.execute(select(m.Board.id, m.Board.state))}
 
     def reset_board(self, board_ref: str) -> list[str]:
-        """Put boards whose id starts with ``board_ref`` back to ``ok`` (ends a quarantine); returns their ids."""
+        """Put the board with id (or unique id prefix) ``board_ref`` back to ``ok`` (ends a quarantine);
+        returns its id in a list, empty when no board matches. QueryError when several boards do."""
 
         def write(s: Session) -> list[str]:
-            boards = list(s.scalars(select(m.Board).where(m.Board.id.startswith(board_ref))))
-            for board in boards:
-                board.state, board.consecutive_failures = "ok", 0
-            return [b.id for b in boards]
+            board_id = resolve_prefix(s, m.Board.id, board_ref, "board id")
+            if board_id is None:
+                return []
+            board = s.get(m.Board, board_id)
+            board.state, board.consecutive_failures = "ok", 0
+            return [board_id]
 
         return self._write(write)
 

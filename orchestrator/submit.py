@@ -29,6 +29,7 @@ from core import liveness
 from core.errors import one_line
 from core.records import FINAL_STATUSES, PENDING_STATUSES
 from db.urls import redact, shown_url
+from db.lookup import pick_prefix
 from orchestrator.farm import FarmError, wait_until
 from orchestrator.spec import SpecError, load_spec
 
@@ -103,13 +104,11 @@ def _client(ray_address: str) -> Any:
 
 
 def _submissions(client: Any, sweep_ref: str) -> list[Any]:
-    """Ray jobs of a sweep (id or prefix), oldest first."""
-    jobs = [
-        j
-        for j in client.list_jobs()
-        if (j.metadata or {}).get(METADATA_KEY, "").startswith(sweep_ref)
-        or (j.submission_id or "").startswith(SUBMISSION_PREFIX + sweep_ref)
-    ]
+    """Ray jobs of a sweep (id or unique id prefix), oldest first; QueryError when the prefix starts the
+    ids of several submitted sweeps (the newest job of any of them is not the one meant)."""
+    ours = [j for j in client.list_jobs() if (j.metadata or {}).get(METADATA_KEY)]
+    sweep_id = pick_prefix("sweep id", sweep_ref, (j.metadata[METADATA_KEY] for j in ours))
+    jobs = [j for j in ours if j.metadata[METADATA_KEY] == sweep_id]
     return sorted(jobs, key=lambda j: j.start_time or 0)
 
 

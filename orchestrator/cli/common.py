@@ -15,7 +15,15 @@ from rich.text import Text
 
 from answers.query import NoSuchJob, QueryError
 from core.errors import one_line
-from db.store import ResultStore, StoreError, ensure_home
+from db.store import (
+    ResultStore,
+    StoreError,
+    check_backend,
+    check_sqlite_path,
+    default_url,
+    ensure_home,
+    sqlite_path,
+)
 from db.urls import redact
 from orchestrator.farm import FarmError
 from orchestrator.spec import SpecError, SweepSpec, load_spec
@@ -90,11 +98,26 @@ def home() -> Path:
         raise  # unreachable: fail exits
 
 
+#: What a read sees where no database exists yet: an empty one in memory (nothing is created on disk).
+EMPTY_DB = "sqlite://"
+
+
 def open_store(db: str | None, read_only: bool = False) -> ResultStore:
-    """The results database, or one error line naming it (password masked, exit 2: the --db is bad input);
-    ``read_only`` for commands that only read (they then work on a database they cannot write, such as
-    one on a read-only mount)."""
+    """The results database, or one error line naming it (password masked, exit 2: the --db is bad input).
+
+    ``read_only``: for commands that only read. Nothing is created or migrated: a file that is not a
+    tvmbench database and an older schema are each one line; a database it cannot write (a read-only
+    mount) works; a SQLite file that does not exist yet (a fresh machine) reads as an empty database.
+    """
     try:
+        if read_only:
+            url = db or default_url()
+            check_backend(url)
+            path = sqlite_path(url)
+            if path is not None:
+                check_sqlite_path(path)  # a directory or a missing folder is still an error
+                if not path.exists():
+                    return ResultStore(EMPTY_DB)
         return ResultStore(db, read_only=read_only)
     except StoreError as exc:
         fail(redact(f"cannot open results database: {exc}", db), code=INVALID)

@@ -115,7 +115,7 @@ def farm_list(
 @app.command("reset")
 def farm_reset(board: str, db: DbOpt = None) -> None:
     """End a board's quarantine (BOARD: its id from `farm list`, or a prefix): it gets work again."""
-    ids = open_store(db).reset_board(board)
+    ids = call(open_store(db).reset_board, board)  # a prefix of several boards: one line, exit 2
     if not ids:
         fail(f"no board {board!r} in the results database; `tvmbench farm list` shows the board ids", code=NOT_FOUND)
     console.print(f"reset to ok (health check runs before its next job): {', '.join(ids)}")

@@ -33,11 +33,8 @@ def results_list(
     as_json: JsonOpt = False,
 ) -> None:
     """One row per job: configuration, status, median latency, error against ONNX Runtime."""
-    store = open_store(db, read_only=True)
-    if sweep:  # a sweep that is not there is a failed lookup (exit 2), not an empty table
-        with failures_as_lines():
-            sweep = query.resolve_sweep(store, sweep).id
-    rows = query.results(store, sweep)
+    with failures_as_lines():  # an unknown or ambiguous --sweep: one line, exit 2
+        rows = query.results(open_store(db, read_only=True), sweep)
     if as_json:
         print_json(rows)
         return

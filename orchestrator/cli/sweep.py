@@ -64,7 +64,7 @@ def sweep_plan(
 ) -> None:
     """Dry run: the job matrix, what is already built or measured, and what will run."""
     spec = load(path, label)
-    store = open_store(db, read_only=True)
+    store = open_store(db, read_only=True)  # no database yet: nothing is cached, none is created
     rows = plan.plan_rows(spec, store)
     default = _default_target_note(spec)
     jobs = {job.key: job for job in plan.plan_jobs(spec)}
@@ -199,7 +199,7 @@ def sweep_resume(
 ) -> None:
     """Finish a stored sweep: jobs without a final row run, and so do jobs `sweep cancel` ended."""
     store = open_store(db)
-    sweep = store.get_sweep(sweep_id)
+    sweep = call(store.get_sweep, sweep_id)  # a prefix of several sweeps: one line, exit 2
     if sweep is None:
         fail(f"no sweep {sweep_id!r} in {shown_url(store.url)}; `tvmbench results sweeps` lists them", code=NOT_FOUND)
     spec, notes = call(resume_spec, store, sweep)
