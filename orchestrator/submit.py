@@ -28,8 +28,8 @@ from typing import Any
 from core import liveness
 from core.errors import one_line
 from core.records import FINAL_STATUSES, PENDING_STATUSES
-from db.urls import redact, shown_url
 from db.lookup import pick_prefix
+from db.urls import redact, shown_url
 from orchestrator.farm import FarmError, wait_until
 from orchestrator.spec import SpecError, load_spec
 
