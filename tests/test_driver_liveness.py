@@ -165,7 +165,8 @@ def test_cancel_of_a_dead_drivers_sweep_does_not_wait_for_it(tmp_path: Path) -> 
 
 
 def test_old_database_without_driver_facts_opens_and_reads(tmp_path: Path) -> None:
-    """A database at 0006 (no driver columns) with a running sweep: it migrates, and keeps showing running."""
+    """A database at 0006 (no driver columns) with a running sweep: a read asks for `db upgrade` and leaves the
+    file as it was (reads never migrate); upgraded, it keeps showing running (no driver facts to judge by)."""
     url = f"sqlite:///{tmp_path / 'old.db'}"
     engine = make_engine(url)
     _migrate(engine, "0006")
@@ -190,6 +191,12 @@ def test_old_database_without_driver_facts_opens_and_reads(tmp_path: Path) -> No
             )
         )
     engine.dispose()
+    before = (tmp_path / "old.db").read_bytes()
+    refused = CliRunner().invoke(app, ["results", "sweeps", "--db", url, "--json"])
+    assert refused.exit_code == 2 and "revision 0006" in refused.output and "db upgrade" in refused.output
+    assert (tmp_path / "old.db").read_bytes() == before
+    upgraded = CliRunner().invoke(app, ["db", "upgrade", "--db", url])
+    assert upgraded.exit_code == 0, upgraded.output
     listed = CliRunner().invoke(app, ["results", "sweeps", "--db", url, "--json"])
     assert listed.exit_code == 0, listed.output
     (row,) = json.loads(listed.output)
