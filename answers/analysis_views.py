@@ -66,13 +66,23 @@ def write_frame(console: Console, df: pd.DataFrame, title: str, fmt_name: str) -
         table_rows(console, df.to_dict("records"), title)
 
 
-def table_rows(console: Console, rows: list[dict[str, Any]], title: str, columns: list[str] | None = None) -> None:
-    """Rows whose keys vary (frames, regressions, history) as a table of the ``columns`` keys (default: all)."""
+def table_rows(
+    console: Console,
+    rows: list[dict[str, Any]],
+    title: str,
+    columns: list[str] | None = None,
+    priority: dict[str, int] | None = None,
+) -> None:
+    """Rows whose keys vary (frames, regressions, history) as a table of the ``columns`` keys (default: all).
+
+    Args:
+        priority: column key -> priority, over answers.columns.GENERIC_PRIORITY.
+    """
     if not rows:
         console.print(f"{title}: nothing to show")
         return
     keys = columns or list(rows[0])
-    table.render(console, cols.generic(keys, rows), rows, title)
+    table.render(console, cols.generic(keys, rows, priority), rows, title)
 
 
 def print_best(console: Console, rows: list[dict[str, Any]], confidence: float, metric: str = "steady") -> None:

@@ -7,6 +7,7 @@ Priority 0 columns answer the table's question and always show; 1, 2, ... are dr
 from __future__ import annotations
 
 import math
+from numbers import Real
 from typing import Any
 
 from answers.table import Column, fmt
@@ -113,16 +114,16 @@ def _when(key: str) -> Any:
 SWEEPS = [
     Column("sweep", "sweep", "sweep_id", priority=0, ident=True),
     Column("name", "name", "name", priority=0, wrap=True),
-    Column("label", "label", "label", priority=2, wrap=True),
+    Column("label", "label", "label", priority=2, wrap=True, optional=True),
     Column("status", "status", "status", priority=0, style=lambda r: "green" if r["status"] == "complete" else None),
     Column("jobs", "jobs", "jobs", priority=0, right=True),
     Column("final", "final", "final", priority=3, right=True),
     Column("ok", "ok", "ok", priority=0, right=True),
     Column("failed", "failed", "failed", priority=0, right=True),
     Column("pending", "pending", "pending", priority=1, right=True),
-    Column("trials", "tuning trials", "tuning_trials", priority=4, right=True,
+    Column("trials", "tuning trials", "tuning_trials", priority=4, right=True, optional=True,
            text=lambda r: f"{r['tuning_trials']}/{r['tuning_budget']}" if r.get("tuning_budget") else "-"),
-    Column("created", "created (UTC)", "created_at", priority=1, wrap=True, text=_when("created_at")),
+    Column("created", "created (UTC)", "created_at", priority=1, text=_when("created_at")),
     Column("tvm", "TVM", "tvm_version", priority=5),
     Column("source", "source", "source", priority=6, wrap=True),
 ]  # fmt: skip
@@ -137,9 +138,9 @@ SWEEP_STATUS = [
     Column("ok", "ok", "ok", priority=0, right=True),
     Column("failed", "failed", "failed", priority=0, right=True),
     Column("pending", "pending", "pending", priority=0, right=True),
-    Column("submission", "Ray job", "submission_id", priority=3),
-    Column("ray_status", "Ray status", "ray_status", priority=1),
-    Column("ray_message", "Ray message", "ray_message", priority=4, wrap=True),
+    Column("submission", "Ray job", "submission_id", priority=3, optional=True),
+    Column("ray_status", "Ray status", "ray_status", priority=1, optional=True),
+    Column("ray_message", "Ray message", "ray_message", priority=4, wrap=True, optional=True),
 ]
 
 # `farm list` (orchestrator.farm.board_list).
@@ -291,8 +292,8 @@ TUNED_TASKS = [
 # Known columns of the generic tables (`results query/regressions/history`): how much each matters.
 GENERIC_PRIORITY = {
     "job_key": 0, "model": 0, "executor": 0, "opt_level": 0, "status": 0, "median": 0, "latest": 0,
-    "baseline": 0, "ratio": 0, "regressed": 0, "sweep_id": 0, "count": 0,
-    "std": 1, "peak_mem_mb": 1, "unit": 1, "score": 1, "sweep_created_at": 1, "board_key": 1,
+    "baseline": 0, "ratio": 0, "regressed": 0, "count": 0,
+    "std": 1, "sweep_id": 1, "peak_mem_mb": 1, "unit": 1, "score": 1, "sweep_created_at": 1, "board_key": 1,
     "pipeline": 2, "board": 2, "history": 2, "note": 2, "sweep_label": 2,
     "target": 3, "max_abs_err": 3, "tvm_version": 4, "baseline_tvm_version": 4, "emulated": 4,
 }  # fmt: skip
@@ -301,23 +302,27 @@ GENERIC_HEADERS = {
     "max_abs_err": "max abs err", "sweep_label": "label", "sweep_created_at": "created (UTC)", "tvm_version": "TVM",
     "baseline_tvm_version": "baseline TVM",
 }  # fmt: skip
-_NUMERIC = (int, float)
 
 
-def generic(keys: list[str], rows: list[dict[str, Any]]) -> list[Column]:
-    """Columns for rows whose keys vary (grouped or pivoted frames): ids shortened, numbers right."""
+def generic(keys: list[str], rows: list[dict[str, Any]], priority: dict[str, int] | None = None) -> list[Column]:
+    """Columns for rows whose keys vary (grouped or pivoted frames): ids shortened, numbers right.
+
+    Args:
+        priority: overrides of GENERIC_PRIORITY for this table.
+    """
+    ranks = {**GENERIC_PRIORITY, **(priority or {})}
     out = []
     for k in keys:
-        numeric = any(isinstance(r.get(k), _NUMERIC) and not isinstance(r.get(k), bool) for r in rows)
+        numeric = any(isinstance(r.get(k), Real) and not isinstance(r.get(k), bool) for r in rows)
         when = k.endswith("_at")
         out.append(
             Column(
                 k,
                 GENERIC_HEADERS.get(k, k),
                 k,
-                priority=GENERIC_PRIORITY.get(k, 1),
+                priority=ranks.get(k, 1),
                 right=numeric,
-                wrap=not numeric,
+                wrap=not (numeric or when),
                 ident=k in ("job_key", "sweep_id"),
                 text=_when(k) if when else None,
                 style=status_style(k) if k == "status" else None,

@@ -62,13 +62,13 @@ def tuning_plan_table(console: Console, row: dict[str, Any], shown: Rendered | N
     job = shown.id("job", row["job_key"]) if shown else short_id(row["job_key"], 12)
     head = f"job {job} ({row['model']} on {row['board_key']}): budget {plan['budget']} trials"
     if plan.get("error"):
-        console.print(f"{head}: cannot plan the tasks: {plan['error']}", soft_wrap=True)
+        console.print(f"{head}: cannot plan the tasks: {plan['error']}", soft_wrap=not console.is_terminal)
         return
     basis = "the untuned kernel profile" if plan["weights_from"] == "profile" else "weight x FLOPs"
     console.print(
         f"{head}, {plan['trials_to_run']} to run, {plan['trials_covered']} covered by stored records "
         f"({plan['database']}); split by {basis}",
-        soft_wrap=True,
+        soft_wrap=not console.is_terminal,
     )
     render(console, columns.PLAN_TASKS, plan["tasks"])
 
@@ -81,14 +81,14 @@ def results_table(console: Console, rows: list[dict[str, Any]], title: str) -> N
     failed = [r for r in rows if r["status"] not in ("ok", "pending", "pending-device") and r["error"]]
     for r in failed[:10]:
         line = Text.assemble((f"{shown.id('job', r['job_key'])} {r['status']}:", "red"), " ", r["error"])
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(line, highlight=False, soft_wrap=not console.is_terminal)
     if any(r["equivalent_to"] for r in rows):
         console.print("program 'a = b': the job built the same program as job b, which was measured once for both")
     warned = [r for r in rows if r.get("warnings")]
     for r in warned[:10]:
         for w in r["warnings"]:
             line = Text.assemble((f"{shown.id('job', r['job_key'])} warning:", "red"), " ", w)
-            console.print(line, highlight=False, soft_wrap=True)
+            console.print(line, highlight=False, soft_wrap=not console.is_terminal)
     if any(r.get("executor") == "aot-c" and r.get("peak_mem_mb") is not None for r in rows):
         console.print("peak MB of aot-c jobs: the firmware's static RAM (arena, workspace, I/O, stack estimate)")
 
@@ -155,7 +155,7 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
                 f"  pass trace ({len(b['pass_trace'])} passes, {tir_count} of them TIR lowering; all in --json): "
                 + " > ".join(relax_passes),
                 highlight=False,
-                soft_wrap=True,
+                soft_wrap=not console.is_terminal,
             )
     for other in d.get("same_program_as", []):
         console.print(
@@ -173,11 +173,13 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
             + (f", load {r['load_avg_1m']:.2f}" if r["load_avg_1m"] is not None else "")
             + (f", same program as {r['equivalent_to'][:12]}" if r["equivalent_to"] else "")
         )
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(line, highlight=False, soft_wrap=not console.is_terminal)
         if r["error"]:
-            console.print(f"    error: {r['error']}", highlight=False, soft_wrap=True)
+            console.print(f"    error: {r['error']}", highlight=False, soft_wrap=not console.is_terminal)
         for text in run_measurement_lines(r):
-            console.print(Text(f"    {text}"), highlight=False, soft_wrap=True)  # reasons are text, not markup
+            console.print(
+                Text(f"    {text}"), highlight=False, soft_wrap=not console.is_terminal
+            )  # reasons are text, not markup
 
 
 def static_plan_line(memory: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
+from numbers import Real
 from typing import Any
 
 from rich import box
@@ -24,6 +25,7 @@ from rich.text import Text
 
 MIN_ID = 8  # ids shown are never shorter: a prefix this long is what every command accepts
 GAP = 2  # spaces between the columns of plain text
+WRAP_WIDTH = 20  # a wrapping column is not squeezed below this before lower-priority columns are dropped
 
 
 class ColumnError(ValueError):
@@ -46,6 +48,7 @@ class Column:
         style: a rich style for the cell in a terminal, from the row.
         short: a shorter cell text, used when the full one does not fit; ``legend`` explains it.
         legend: (abbreviation, meaning) pairs explaining ``short``.
+        optional: shown only when some row has a value.
     """
 
     key: str
@@ -59,6 +62,7 @@ class Column:
     style: Callable[[dict[str, Any]], str | None] | None = None
     short: Callable[[dict[str, Any]], str] | None = None
     legend: Sequence[tuple[str, str]] = ()
+    optional: bool = False  # left out (silently) when no row has a value, such as Ray columns without Ray
 
     def value(self, row: dict[str, Any]) -> Any:
         return row.get(self.get) if isinstance(self.get, str) else self.get(row)
@@ -155,34 +159,39 @@ def layout(
         texts = [row[i] for row in cells]
         natural.append(max([_longest_line(col.header), *(_longest_line(t) for t in texts)]))
         words = [_longest_word(t) if col.wrap else _longest_line(t) for t in texts]
-        minimum.append(max([_longest_word(col.header), *words]))
+        # A column that keeps its cells on one line keeps its header on one line too (rich does).
+        header = _longest_word(col.header) if col.wrap else _longest_line(col.header)
+        minimum.append(max([header, *words]))
     if width is None:
         return Layout(order, [natural[i] for i in order])
+    # A wrapping column gives way down to WRAP_WIDTH (or its longest word) before any column is dropped,
+    # and below that only when nothing droppable is left: a name over two lines reads, over five not.
+    comfort = [min(n, max(m, WRAP_WIDTH)) for n, m in zip(natural, minimum, strict=True)]
     shown = list(order)
     dropped: list[int] = []
     if not (wanted or wide):
         # Least important first; among equals, the rightmost (columns are declared in reading order).
         by_cost = sorted(shown, key=lambda i: (columns[i].priority, i), reverse=True)
         for i in by_cost:
-            if sum(minimum[j] for j in shown) + overhead(len(shown)) <= width or columns[i].priority == 0:
+            if sum(comfort[j] for j in shown) + overhead(len(shown)) <= width or columns[i].priority == 0:
                 break
             shown.remove(i)
             dropped.append(i)
     widths = {i: natural[i] for i in shown}
-    # Shrink the wrapping columns, widest first, toward their longest word.
-    while sum(widths.values()) + overhead(len(shown)) > width:
-        candidates = [i for i in shown if widths[i] > minimum[i]]
-        if not candidates:
-            break
-        widest = max(candidates, key=lambda i: widths[i] - minimum[i])
-        widths[widest] -= 1
+    for floor in (comfort, minimum):  # shrink the wrapping columns, widest first
+        while sum(widths.values()) + overhead(len(shown)) > width:
+            candidates = [i for i in shown if widths[i] > floor[i]]
+            if not candidates:
+                break
+            widest = max(candidates, key=lambda i: widths[i] - floor[i])
+            widths[widest] -= 1
     fits = sum(widths.values()) + overhead(len(shown)) <= width
     return Layout(shown, [widths[i] for i in shown], [columns[i].header for i in sorted(dropped)], fits)
 
 
 def _rich_overhead(n: int) -> int:
-    """What ``_rich_table`` adds around n columns: edges, a separator and two padding spaces per column."""
-    return 3 * n + 1 if n else 0
+    """What ``_print_rich``'s table adds around n columns: two spaces between columns (no edges)."""
+    return 2 * (n - 1) if n else 0
 
 
 def _plain_overhead(n: int) -> int:
@@ -234,6 +243,7 @@ def render(
 ) -> Rendered:
     """Print ``rows`` as a table on ``console`` with the current (or given) options; see the module doc."""
     opts = options or current
+    columns = [c for c in columns if not c.optional or any(c.value(r) not in (None, "") for r in rows)]
     try:
         return _render(console, columns, rows, title, opts)
     except ColumnError as exc:
@@ -273,7 +283,7 @@ def _render(
     if plan.dropped:
         _line(
             console,
-            f"left out for width: {', '.join(plan.dropped)} (--wide shows every column, --columns a,b picks them)",
+            f"left out for width: {', '.join(plan.dropped)} (--wide shows them)",
         )
     return Rendered(plan.dropped, lengths)
 
@@ -290,7 +300,16 @@ def _print_rich(
     plan: Layout,
     title: str | None,
 ) -> None:
-    table = Table(title=title, box=box.SQUARE, title_justify="left", expand=False)
+    # A rule under the header and no vertical lines: the columns get the width box drawing would take.
+    table = Table(
+        title=title,
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+        title_justify="left",
+        expand=False,
+    )
     for i, w in zip(plan.shown, plan.widths, strict=True):
         col = columns[i]
         table.add_column(
@@ -355,7 +374,9 @@ def _print_tsv(
         value = col.value(row)
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return ""
-        text = col.cell(row) if col.text is not None and not col.ident else str(value)
+        # Numbers unrounded and ids whole (a spreadsheet computes with them); other cells as on screen.
+        plain = col.ident or col.text is None or (isinstance(value, Real) and not isinstance(value, bool))
+        text = str(value) if plain else col.cell(row)
         return text.replace("\t", " ").replace("\n", " ")
 
     out = ["\t".join(c.key for c in chosen)]

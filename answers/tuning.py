@@ -118,7 +118,7 @@ def print_tuning(console: Console, tuning: dict[str, Any] | None) -> None:
     if not tuning:
         return
     for line in tuning_lines(tuning):
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(line, highlight=False, soft_wrap=not console.is_terminal)
     tasks = tuning.get("tasks") or []
     if tasks:
         table.render(console, columns.TUNED_TASKS, tasks, "tuned tasks")

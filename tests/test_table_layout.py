@@ -29,7 +29,7 @@ ROWS = [
 
 def printed(width: int, terminal: bool, options: Options | None = None, rows=ROWS, cols=COLS) -> str:
     out = io.StringIO()
-    console = Console(file=out, width=width, force_terminal=terminal, color_system="truecolor" if terminal else None)
+    console = Console(file=out, width=width, force_terminal=terminal, color_system=None)
     render(console, cols, rows, "t", options or Options())
     return out.getvalue()
 
@@ -55,7 +55,7 @@ def test_lowest_priority_dropped_first_and_whole() -> None:
 @pytest.mark.parametrize("width", [60, 80, 100])
 def test_terminal_table_fits_never_cuts_and_names_what_it_left_out(width: int) -> None:
     out = printed(width, terminal=True)
-    plain = re.sub(r"\x1b\[[0-9;]*m", "", out)
+    plain = out
     assert "…" not in plain
     assert max(len(line) for line in plain.splitlines()) <= width
     for word in ("0.07123", "1.235e+04", "012345678", "012345679"):  # 4 significant digits, 9-char unique ids

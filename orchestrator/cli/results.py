@@ -327,7 +327,8 @@ def results_history(
         return
     cols = ["sweep_id", "sweep_label", "sweep_created_at", "status", "median", "unit", "baseline", "score", "regressed"]
     title = f"{data['model']} {data['executor']} O{data['opt_level']} {data['pipeline']} on {data['board_key']}"
-    analysis_views.table_rows(console, data["points"], f"history of {data['job_key'][:12]}: {title}", cols)
+    history_of = f"history of {data['job_key'][:12]}: {title}"
+    analysis_views.table_rows(console, data["points"], history_of, cols, priority={"sweep_id": 0})
 
 
 def report_cmd(
