@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -257,7 +258,7 @@ def _render(
 ) -> Rendered:
     lengths = {c.key: id_length([c.value(r) for r in rows]) for c in columns if c.ident}
     if opts.tsv:
-        _print_tsv(console, columns, rows, opts.columns)
+        _print_tsv(columns, rows, opts.columns)
         return Rendered([], {k: 10**6 for k in lengths})
     terminal = console.is_terminal
     width = None if opts.wide else table_width(console)
@@ -266,10 +267,12 @@ def _render(
     cells = _cells(columns, rows, short)
     plan = layout(columns, cells, width, overhead, wanted=opts.columns, wide=opts.wide)
     abbreviable = {i for i, c in enumerate(columns) if c.short is not None}
-    if abbreviable and (plan.dropped or not plan.fits):  # the full names cost columns: use the legend instead
-        short = abbreviable
-        cells = _cells(columns, rows, short)
-        plan = layout(columns, cells, width, overhead, wanted=opts.columns, wide=opts.wide)
+    if abbreviable and (plan.dropped or not plan.fits):
+        # The full names cost columns: short ones with a legend, where that keeps more columns or fits.
+        short_cells = _cells(columns, rows, abbreviable)
+        short_plan = layout(columns, short_cells, width, overhead, wanted=opts.columns, wide=opts.wide)
+        if len(short_plan.dropped) < len(plan.dropped) or (short_plan.fits and not plan.fits):
+            short, cells, plan = abbreviable, short_cells, short_plan
     if terminal:
         styles = [[c.style(r) if c.style else None for c in columns] for r in rows]
         _print_rich(console, columns, cells, styles, plan, title)
@@ -281,10 +284,7 @@ def _render(
         if meanings:
             _line(console, f"{columns[i].header}: " + ", ".join(meanings))
     if plan.dropped:
-        _line(
-            console,
-            f"left out for width: {', '.join(plan.dropped)} (--wide shows them)",
-        )
+        _line(console, f"left out for width: {', '.join(plan.dropped)} (--wide shows them)")
     return Rendered(plan.dropped, lengths)
 
 
@@ -360,9 +360,7 @@ def _print_plain(
     _write(console, lines)
 
 
-def _print_tsv(
-    console: Console, columns: Sequence[Column], rows: Sequence[dict[str, Any]], wanted: Sequence[str] | None
-) -> None:
+def _print_tsv(columns: Sequence[Column], rows: Sequence[dict[str, Any]], wanted: Sequence[str] | None) -> None:
     keys = [c.key for c in columns]
     if wanted:
         unknown = [w for w in wanted if w not in keys]
@@ -381,7 +379,8 @@ def _print_tsv(
 
     out = ["\t".join(c.key for c in chosen)]
     out += ["\t".join(raw(c, r) for c in chosen) for r in rows]
-    console.file.write("\n".join(out) + "\n")  # as written: console.print would expand the tabs
+    # On stdout as written (console.print would expand the tabs); the CLI sends its other lines to stderr.
+    sys.stdout.write("\n".join(out) + "\n")
 
 
 def _write(console: Console, lines: list[str]) -> None:

@@ -75,11 +75,12 @@ def test_pipe_is_plain_text_at_content_width_with_every_column(monkeypatch: pyte
     assert header.split() == ["job", "model", "median", "ms", "std", "ms", "target", "program"]
 
 
-def test_wide_columns_and_tsv() -> None:
+def test_wide_columns_and_tsv(capsys: pytest.CaptureFixture[str]) -> None:
     assert "f" * 40 in printed(60, terminal=True, options=Options(wide=True))
     picked = printed(200, terminal=False, options=Options(columns=["median", "job"]))
     assert picked.splitlines()[1].split() == ["median", "ms", "job"]
-    tsv = printed(60, terminal=False, options=Options(tsv=True)).splitlines()
+    assert printed(60, terminal=False, options=Options(tsv=True)) == ""  # on stdout, as written
+    tsv = capsys.readouterr().out.splitlines()
     assert tsv[0].split("\t") == [c.key for c in COLS]
     assert tsv[1].split("\t")[:3] == ["0123456789abcdef", "a long model name with words", "0.0712345"]
     with pytest.raises(ColumnError, match="no column 'nope'; this table has: job, model"):

@@ -47,9 +47,13 @@ TsvOpt = Annotated[bool, typer.Option("--tsv", help="Tab-separated values (every
 
 
 def tables(wide: bool = False, columns: str | None = None, tsv: bool = False) -> None:
-    """Set how this command prints its tables (--wide, --columns, --tsv); a wrong column name exits 2."""
+    """Set how this command prints its tables (--wide, --columns, --tsv); a wrong column name exits 2.
+
+    With --tsv, stdout carries the TSV alone: the lines a command prints around its tables go to stderr.
+    """
     names = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
     table.current = table.Options(wide=wide, columns=names, tsv=tsv, on_error=lambda m: fail(f"--columns: {m}", 2))
+    console.file = sys.stderr if tsv else None  # type: ignore[assignment]  (None: sys.stdout at each print)
 
 
 def fail(message: str, code: int = 1) -> None:
