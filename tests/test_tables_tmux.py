@@ -100,6 +100,7 @@ def swept(
     gcs = ray.get_runtime_context().gcs_address
     run_args = ["sweep", "run", str(path), "--tracker", local_farm.tracker, "--ray-address", gcs]
     screen = tmux.run(100, run_args, timeout_s=600)
+    again = tmux.run(80, run_args, timeout_s=600)  # every job final: the same table, at 80 columns
     results = cli_json(env, "results", "list")
     assert len(results) == 4 and {r["status"] for r in results} == {"ok"}, screen
     data = {
@@ -107,7 +108,7 @@ def swept(
         "tmux": tmux,
         "path": path,
         "tracker": local_farm.tracker,
-        "run_screen": screen,
+        "run_screens": {100: screen, 80: again},
         "results": results,
         "sweep_id": results[0]["sweep_id"],
         "accepted": {},
@@ -193,9 +194,10 @@ def assert_medians(d: dict[str, Any], screen: str, header: str) -> None:
         assert cell_under(screen, header, r["job_key"][:8]) == f"{r['median_ms']:.4g}", screen
 
 
-def test_sweep_run_progress_and_final_table_fit_a_terminal(swept: dict[str, Any]) -> None:
-    screen = swept["run_screen"]
-    assert_fits(screen, 100, "sweep run")
+@pytest.mark.parametrize("width", [100, 80])
+def test_sweep_run_progress_and_final_table_fit_a_terminal(swept: dict[str, Any], width: int) -> None:
+    screen = swept["run_screens"][width]
+    assert_fits(screen, width, "sweep run")
     progress = [line for line in screen.splitlines() if line.startswith(f"sweep {swept['sweep_id'][:8]} ")]
     assert progress and "ok 4" in progress[-1], screen  # the progress line, its sweep id shortened
     assert_ids_accepted(swept, screen)
@@ -247,5 +249,7 @@ def test_wide_columns_and_tsv(swept: dict[str, Any]) -> None:
     bad = cli(swept["env"], "results", "list", "--columns", "median,colour")
     assert bad.returncode == 2 and "--columns: no column 'colour'" in bad.stderr and "Traceback" not in bad.stderr
     tsv = cli(swept["env"], "results", "list", "--tsv").stdout.splitlines()
-    assert tsv[0].split("\t")[:2] == ["job", "model"] and len(tsv) == 5
+    assert tsv[0].split("\t")[:2] == ["job", "model"] and len(tsv) == 5  # nothing but the TSV on stdout
     assert {line.split("\t")[0] for line in tsv[1:]} == {r["job_key"] for r in swept["results"]}
+    medians = {line.split("\t")[0]: float(line.split("\t")[8]) for line in tsv[1:]}
+    assert medians == {r["job_key"]: r["median_ms"] for r in swept["results"]}  # unrounded

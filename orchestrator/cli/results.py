@@ -180,7 +180,7 @@ def results_query(
         fail(f"--max-memory-mb {max_memory_mb:g}: give the board's memory in MB, e.g. --max-memory-mb 512", code=2)
     filters = _filters(sweep, model, target, board, executor, opt_level, pipeline, status, since, until)
     filters = replace(filters, max_memory_mb=max_memory_mb)
-    table_only = not (group_by or pivot or as_json or as_csv)
+    table_only = not (group_by or pivot or as_json or as_csv or tsv)  # --tsv, like --csv, gives every row
     if table_only and limit is None:
         limit = TABLE_ROWS  # a terminal table of a million rows helps nobody; --csv/--json give them all
     store = open_store(db, read_only=True)

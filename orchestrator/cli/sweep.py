@@ -147,8 +147,9 @@ def _execute(
                     task,
                     total=c.get("jobs"),
                     completed=done,
-                    detail=f"built {c.get('built', 0)}/{c.get('to_build', 0)} (cached {c.get('cached', 0)}) "
-                    f"· ok {c.get('ok', 0)} · failed {c.get('failed', 0)}"
+                    detail=f"built {c.get('built', 0)}/{c.get('to_build', 0)}"
+                    + (f" ({c['cached']} cached)" if c.get("cached") else "")
+                    + f" · ok {c.get('ok', 0)} · failed {c.get('failed', 0)}"
                     + (f" · trials {c['trials_done']}/{c['trials_budget']}" if c.get("trials_budget") else ""),
                 )
 
