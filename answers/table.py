@@ -259,7 +259,7 @@ def _render(
     lengths = {c.key: id_length([c.value(r) for r in rows]) for c in columns if c.ident}
     if opts.tsv:
         _print_tsv(columns, rows, opts.columns)
-        return Rendered([], {k: 10**6 for k in lengths})
+        return Rendered([], {k: 10**6 for k in lengths})  # TSV shows ids whole: so do the lines about it
     terminal = console.is_terminal
     width = None if opts.wide else table_width(console)
     overhead = _rich_overhead if terminal else _plain_overhead
