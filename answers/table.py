@@ -278,11 +278,12 @@ def _render(
         _print_rich(console, columns, cells, styles, plan, title)
     else:
         _print_plain(console, columns, cells, plan, title)
+    meanings: dict[str, None] = {}  # one legend for every shortened column, in the legend's order
     for i in sorted(short & set(plan.shown)):
-        used = {cell for row in cells for cell in row[i].split()}
-        meanings = [f"{abbr} = {what}" for abbr, what in columns[i].legend if abbr in used]
-        if meanings:
-            _line(console, f"{columns[i].header}: " + ", ".join(meanings))
+        used = {word for row in cells for word in row[i].split()}
+        meanings.update((f"{abbr} = {what}", None) for abbr, what in columns[i].legend if abbr in used)
+    if meanings:
+        _line(console, "legend: " + ", ".join(meanings))
     if plan.dropped:
         _line(console, f"left out for width: {', '.join(plan.dropped)} (--wide shows them)")
     return Rendered(plan.dropped, lengths)
