@@ -44,13 +44,13 @@ repeat = 3
 
 
 class Tmux:
-    """A private tmux server (its own socket): each command runs in a new detached pane of a given width."""
+    """A private tmux server: each command runs in a new detached pane of a given width."""
 
     def __init__(self, directory: Path, env: dict[str, str]) -> None:
-        self.socket = f"tvmbench-test-{os.getpid()}"
         conf = directory / "tmux.conf"
         conf.write_text("set -g remain-on-exit on\nset -g history-limit 20000\n")
-        self.base = ["tmux", "-L", self.socket, "-f", str(conf)]
+        # The socket in the test's folder: nothing left in /tmp/tmux-UID, no clash with anyone's tmux.
+        self.base = ["tmux", "-S", str(directory / "tmux.sock"), "-f", str(conf)]
         self.env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES", "TMUX")}
         self.count = 0
 
