@@ -8,15 +8,15 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
+
+from answers import columns as cols
+from answers import table
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from answers.compare import Comparison
-
-_VERDICT_STYLE = {"regression": "red", "broken": "red", "improvement": "green", "fixed": "green"}
 
 
 def fmt(value: Any, digits: int = 4) -> str:
@@ -66,58 +66,32 @@ def write_frame(console: Console, df: pd.DataFrame, title: str, fmt_name: str) -
         table_rows(console, df.to_dict("records"), title)
 
 
-def table_rows(console: Console, rows: list[dict[str, Any]], title: str, columns: list[str] | None = None) -> None:
+def table_rows(
+    console: Console,
+    rows: list[dict[str, Any]],
+    title: str,
+    columns: list[str] | None = None,
+    priority: dict[str, int] | None = None,
+) -> None:
+    """Rows whose keys vary (frames, regressions, history) as a table of the ``columns`` keys (default: all).
+
+    Args:
+        priority: column key -> priority, over answers.columns.GENERIC_PRIORITY.
+    """
     if not rows:
         console.print(f"{title}: nothing to show")
         return
-    table = Table(title=title)
-    cols = columns or list(rows[0])
-    for c in cols:
-        table.add_column(c)
-    for r in rows:
-        table.add_row(*(fmt(r.get(c)) if c != "job_key" else str(r[c])[:12] for c in cols))
-    console.print(table)
-
-
-def _ci(lo: Any, hi: Any) -> str:
-    return "-" if lo is None or hi is None or math.isnan(lo) or math.isnan(hi) else f"[{lo:.4g}, {hi:.4g}]"
-
-
-def _flag(warnings: list[str] | None) -> Text:
-    """A marker next to a figure whose run carries board-state warnings (listed under the table)."""
-    return Text(f" ![{len(warnings)}]", style="red") if warnings else Text("")
+    keys = columns or list(rows[0])
+    table.render(console, cols.generic(keys, rows, priority), rows, title)
 
 
 def print_best(console: Console, rows: list[dict[str, Any]], confidence: float, metric: str = "steady") -> None:
     if not rows:
         console.print("no ok results to rank (only jobs whose outputs passed the check compete)")
         return
-    pct = f"{confidence * 100:.0f}% CI"
-    label = f"median ({pct})" if metric == "steady" else "first inference"
+    label = f"{confidence * 100:.0f}% CI" if metric == "steady" else "first inference"
     title = "fastest correct configuration per (model, board)" + (", by first inference" if metric == "first" else "")
-    table = Table(title=title)
-    for c in ("model", "board", "unit", "best", label, "peak MB", "runner-up", label + " ", "×slowest", "×ORT"):
-        table.add_column(c)
-    for r in rows:
-        unit = r["unit"] + (" emulated" if r["emulated"] else "")
-        table.add_row(
-            r["model"],
-            r["board_key"],
-            unit,
-            Text.assemble(("? ", "yellow") if r["uncertain"] else "", r["best"]),
-            Text.assemble(f"{r['best_median']:.4g} {_ci(r['best_lo'], r['best_hi'])}", _flag(r.get("best_warnings"))),
-            fmt(r.get("best_peak_mem_mb")),
-            r["runner_up"] or "-",
-            "-"
-            if r["runner_up"] is None
-            else Text.assemble(
-                f"{r['runner_up_median']:.4g} {_ci(r['runner_up_lo'], r['runner_up_hi'])}",
-                _flag(r.get("runner_up_warnings")),
-            ),
-            fmt(r["speedup_vs_slowest"], 3),
-            fmt(r["speedup_vs_onnxruntime"], 3),
-        )
-    console.print(table)
+    table.render(console, cols.best(label), rows, title)
     for r in rows:
         style = "yellow" if r["uncertain"] else "green"
         head = f"{r['model']} on {r['board_key']} ({r['unit']}):"
@@ -132,39 +106,19 @@ def print_best(console: Console, rows: list[dict[str, Any]], confidence: float, 
 
 def print_compare(console: Console, result: Comparison, show_all: bool) -> None:
     rows = result.rows if show_all else [r for r in result.rows if r["verdict"] != "same"]
+    shown = None
     if rows:
-        table = Table(title=f"compare {result.sweep_a} (A) -> {result.sweep_b} (B)")
-        for c in ("job", "model", "board", "executor", "opt", "pipeline", "A", "B", "B/A", "95% CI", "p", "verdict"):
-            table.add_column(c)
-        for r in rows:
-            style = _VERDICT_STYLE.get(r["verdict"], "")
-            a, b = (
-                Text.assemble(fmt(r[f"median_{x}"]), _flag(r.get(f"warnings_{x}")))
-                if r[f"status_{x}"] == "ok"
-                else r[f"status_{x}"]
-                for x in ("a", "b")
-            )
-            table.add_row(
-                r["job_key"][:12],
-                r["model"],
-                r["board_key"],
-                r["executor"],
-                str(r["opt_level"]),
-                r["pipeline"],
-                a,
-                b,
-                fmt(r["ratio"], 3),
-                _ci(r["ratio_lo"], r["ratio_hi"]),
-                fmt(r["p_value"], 2),
-                Text(r["verdict"], style=style),
-            )
-        console.print(table)
+        shown = table.render(console, cols.COMPARE, rows, f"compare {result.sweep_a} (A) -> {result.sweep_b} (B)")
     elif result.rows:
         console.print("no job changed beyond the threshold and the noise (--all lists them all)")
+
+    def job(key: str) -> str:
+        return shown.id("job", key) if shown else table.short_id(key)
+
     for r in rows:
         for side in ("a", "b"):
             for w in r.get(f"warnings_{side}") or []:
-                line = Text.assemble("  ", ("warning", "red"), f" {r['job_key'][:12]} {side.upper()}: {w}")
+                line = Text.assemble("  ", ("warning", "red"), f" {job(r['job_key'])} {side.upper()}: {w}")
                 console.print(line, highlight=False)
     console.print(result.summary(), highlight=False)
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
+
+from answers import columns
+from answers.table import Rendered, render, short_id
 
 _STATUS_STYLE = {"ok": "green", "pending": "yellow", "pending-device": "yellow"}
 
@@ -19,41 +21,22 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def simple_table(console: Console, rows: list[dict[str, Any]], title: str) -> None:
+def simple_table(
+    console: Console, rows: list[dict[str, Any]], title: str, cols: list[columns.Column] | None = None
+) -> Rendered | None:
+    """Rows as a table: ``cols`` declared in answers.columns, else one column per key of the first row."""
     if not rows:
         console.print(f"{title}: nothing to show")
-        return
-    table = Table(title=title)
-    for column in rows[0]:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*(_fmt(v) for v in row.values()))
-    console.print(table)
+        return None
+    return render(console, cols or columns.generic(list(rows[0]), rows), rows, title)
 
 
 def plan_table(console: Console, sweep_id: str, rows: list[dict[str, Any]]) -> None:
     tuned = any(r.get("tuning") for r in rows)
-    table = Table(title=f"sweep {sweep_id}: {len(rows)} jobs")
-    columns = ["job", "model", "target", "board key", "executor", "opt", "pipeline"]
-    for column in (*columns, *(["tuning"] if tuned else []), "artifact", "status"):
-        table.add_column(column)
-    for r in rows:
-        table.add_row(
-            r["job_key"][:12],
-            r["model"],
-            r["target"],
-            r["board_key"],
-            r["executor"] + (f" ({r['kernels_path']})" if r.get("kernels_path") else ""),
-            str(r["opt_level"]),
-            r["pipeline"],
-            *([f"{r['tuning']} trials" if r.get("tuning") else "untuned"] if tuned else []),
-            "cached" if r["built"] else "to build",
-            r["status"],
-        )
-    console.print(table)
+    shown = render(console, columns.plan(tuned), rows, f"sweep {short_id(sweep_id)}: {len(rows)} jobs")
     for r in rows:
         if r.get("tuning_plan"):
-            tuning_plan_table(console, r)
+            tuning_plan_table(console, r, shown)
     to_build = len(
         {
             (
@@ -73,101 +56,41 @@ def plan_table(console: Console, sweep_id: str, rows: list[dict[str, Any]]) -> N
     console.print(f"{to_build} program(s) to build, {to_run} job(s) to run, {len(rows) - to_run} already final")
 
 
-def tuning_plan_table(console: Console, row: dict[str, Any]) -> None:
+def tuning_plan_table(console: Console, row: dict[str, Any], shown: Rendered | None = None) -> None:
     """The tasks one tuned job will tune: trials each, and how many stored records already cover."""
     plan = row["tuning_plan"]
-    head = f"job {row['job_key'][:12]} ({row['model']} on {row['board_key']}): budget {plan['budget']} trials"
+    job = shown.id("job", row["job_key"]) if shown else short_id(row["job_key"], 12)
+    head = f"job {job} ({row['model']} on {row['board_key']}): budget {plan['budget']} trials"
     if plan.get("error"):
-        console.print(f"{head}: cannot plan the tasks: {plan['error']}")
+        console.print(f"{head}: cannot plan the tasks: {plan['error']}", soft_wrap=not console.is_terminal)
         return
     basis = "the untuned kernel profile" if plan["weights_from"] == "profile" else "weight x FLOPs"
     console.print(
         f"{head}, {plan['trials_to_run']} to run, {plan['trials_covered']} covered by stored records "
         f"({plan['database']}); split by {basis}",
-        soft_wrap=True,
+        soft_wrap=not console.is_terminal,
     )
-    table = Table()
-    for column, justify in (
-        ("task", "left"),
-        ("weight", "right"),
-        ("MFLOP", "right"),
-        ("trials", "right"),
-        ("stored", "right"),
-    ):
-        table.add_column(column, justify=justify)
-    for t in plan["tasks"]:
-        table.add_row(t["name"], str(t["weight"]), f"{t['flops'] / 1e6:.2f}", str(t["trials"]), str(t["covered"]))
-    console.print(table)
+    render(console, columns.PLAN_TASKS, plan["tasks"])
 
 
 def results_table(console: Console, rows: list[dict[str, Any]], title: str) -> None:
     if not rows:
         console.print(f"{title}: no results")
         return
-    table = Table(title=title)
-    for column, justify in (
-        ("job", "left"),
-        ("model", "left"),
-        ("target", "left"),
-        ("board", "left"),
-        ("executor", "left"),
-        ("opt", "right"),
-        ("pipeline", "left"),
-        ("status", "left"),
-        ("median ms", "right"),
-        ("std ms", "right"),
-        ("peak MB", "right"),
-        ("max abs err", "right"),
-        ("compile s", "right"),
-        ("kernels", "right"),
-        ("program", "left"),
-    ):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for r in rows:
-        style = _STATUS_STYLE.get(r["status"], "red")
-        median = _fmt(r["median_ms"]) + (" (emulated)" if r["emulated"] and r["median_ms"] is not None else "")
-        if r.get("unit", "ms") != "ms" and r.get("median") is not None:  # emulated MCUs count instructions
-            median = f"{r['median']:.0f} {r['unit']}"
-        program = (r["fingerprint"] or "-")[:8] + (f" = {r['equivalent_to'][:8]}" if r["equivalent_to"] else "")
-        table.add_row(
-            r["job_key"][:12],
-            r["model"],
-            r["target"],
-            r["board"] or "-",
-            r["executor"] + (f" ({r['kernels_path']})" if r.get("kernels_path") else ""),
-            str(r["opt_level"]),
-            r["pipeline"],
-            Text(r["status"], style=style),
-            Text.assemble(median, (f" ![{len(r['warnings'])}]", "red") if r.get("warnings") else ""),
-            _fmt(r["std_ms"]),
-            _peak(r),
-            _fmt(r["max_abs_err"]),
-            _fmt(r["compile_s"]),
-            _fmt(r["kernel_count"]),
-            program,
-        )
-    console.print(table)
+    shown = render(console, columns.RESULTS, rows, title)
     failed = [r for r in rows if r["status"] not in ("ok", "pending", "pending-device") and r["error"]]
     for r in failed[:10]:
-        line = Text.assemble((f"{r['job_key'][:12]} {r['status']}:", "red"), " ", r["error"])
-        console.print(line, highlight=False, soft_wrap=True)
+        line = Text.assemble((f"{shown.id('job', r['job_key'])} {r['status']}:", "red"), " ", r["error"])
+        console.print(line, highlight=False, soft_wrap=not console.is_terminal)
     if any(r["equivalent_to"] for r in rows):
         console.print("program 'a = b': the job built the same program as job b, which was measured once for both")
     warned = [r for r in rows if r.get("warnings")]
     for r in warned[:10]:
         for w in r["warnings"]:
-            line = Text.assemble((f"{r['job_key'][:12]} warning:", "red"), " ", w)
-            console.print(line, highlight=False, soft_wrap=True)
+            line = Text.assemble((f"{shown.id('job', r['job_key'])} warning:", "red"), " ", w)
+            console.print(line, highlight=False, soft_wrap=not console.is_terminal)
     if any(r.get("executor") == "aot-c" and r.get("peak_mem_mb") is not None for r in rows):
         console.print("peak MB of aot-c jobs: the firmware's static RAM (arena, workspace, I/O, stack estimate)")
-
-
-def _peak(r: dict[str, Any]) -> str:
-    """Peak memory in MB: board-measured (session VmHWM), or a microcontroller's static RAM."""
-    peak = r.get("peak_mem_mb")
-    if peak is None:
-        return "-"
-    return f"{peak:.3g}" if peak < 1 else f"{peak:.1f}"
 
 
 def outcome_line(outcome: Any) -> str:
@@ -232,7 +155,7 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
                 f"  pass trace ({len(b['pass_trace'])} passes, {tir_count} of them TIR lowering; all in --json): "
                 + " > ".join(relax_passes),
                 highlight=False,
-                soft_wrap=True,
+                soft_wrap=not console.is_terminal,
             )
     for other in d.get("same_program_as", []):
         console.print(
@@ -250,11 +173,13 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
             + (f", load {r['load_avg_1m']:.2f}" if r["load_avg_1m"] is not None else "")
             + (f", same program as {r['equivalent_to'][:12]}" if r["equivalent_to"] else "")
         )
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(line, highlight=False, soft_wrap=not console.is_terminal)
         if r["error"]:
-            console.print(f"    error: {r['error']}", highlight=False, soft_wrap=True)
+            console.print(f"    error: {r['error']}", highlight=False, soft_wrap=not console.is_terminal)
         for text in run_measurement_lines(r):
-            console.print(Text(f"    {text}"), highlight=False, soft_wrap=True)  # reasons are text, not markup
+            console.print(
+                Text(f"    {text}"), highlight=False, soft_wrap=not console.is_terminal
+            )  # reasons are text, not markup
 
 
 def static_plan_line(memory: dict[str, Any]) -> str:

@@ -76,40 +76,13 @@ def _num(value: Any) -> float | None:
 
 def print_side_by_side(console: Console, rows: list[dict[str, Any]]) -> None:
     """For `results best`: per ranking with tuned builds, tuned and untuned side by side."""
-    from rich.table import Table
-
-    from answers.analysis_views import fmt
+    from answers import columns, table
 
     for r in rows:
         entries = r.get("tuning") or []
-        if not entries:
-            continue
-        table = Table(title=f"{r['model']} on {r['board_key']}: tuned and untuned ({r['unit']})")
-        for c in (
-            "configuration",
-            "budget",
-            "trials",
-            "median",
-            "×ORT",
-            "untuned",
-            "×untuned",
-            "tuning min",
-            "min per ×",
-        ):
-            table.add_column(c, justify="left" if c == "configuration" else "right")
-        for e in entries:
-            table.add_row(
-                e["config"],
-                str(e["tuning_budget"]) if e["tuning_budget"] else "untuned",
-                "-" if e["tuning_trials"] is None else str(e["tuning_trials"]),
-                fmt(e["median"]),
-                fmt(e["speedup_vs_onnxruntime"], 3),
-                fmt(e["untuned_median"]),
-                fmt(e["speedup_vs_untuned"], 3),
-                fmt(e["tuning_minutes"], 3),
-                fmt(e["tuning_min_per_speedup"], 3),
-            )
-        console.print(table)
+        if entries:
+            title = f"{r['model']} on {r['board_key']}: tuned and untuned ({r['unit']})"
+            table.render(console, columns.SIDE_BY_SIDE, entries, title)
     if any(r.get("tuning") for r in rows):
         console.print(
             "×ORT > 1: faster than ONNX Runtime on the same boards; ×untuned: the same configuration without "
@@ -140,31 +113,15 @@ def tuning_lines(tuning: dict[str, Any]) -> list[str]:
 
 def print_tuning(console: Console, tuning: dict[str, Any] | None) -> None:
     """The tuning part of `results show`: the summary lines and the per-task table."""
-    from rich.table import Table
+    from answers import columns, table
 
     if not tuning:
         return
     for line in tuning_lines(tuning):
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(line, highlight=False, soft_wrap=not console.is_terminal)
     tasks = tuning.get("tasks") or []
-    if not tasks:
-        return
-    table = Table(title="tuned tasks")
-    for c in ("task", "weight", "MFLOP", "trials", "best µs", "records found"):
-        table.add_column(c, justify="left" if c == "task" else "right")
-    for t in tasks:
-        flops = t.get("flops")
-        best = t.get("best_us")
-        found = t.get("records_found")
-        table.add_row(
-            str(t.get("name")),
-            str(t.get("weight")),
-            "-" if flops is None else f"{flops / 1e6:.3g}",
-            str(t.get("trials")),
-            "-" if best is None else f"{best:.4g}",
-            "yes" if found else "no" if found is not None else "-",
-        )
-    console.print(table)
+    if tasks:
+        table.render(console, columns.TUNED_TASKS, tasks, "tuned tasks")
 
 
 def _s(value: Any) -> str:

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--system" ]]; then
   pkgs=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross gcc-arm-linux-gnueabihf libc6-dev-armhf-cross
         gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user-static debootstrap fakeroot
-        gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm chromium)
+        gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm chromium tmux)
   missing=()
   for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if ((${#missing[@]})); then

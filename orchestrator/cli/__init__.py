@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from orchestrator.cli import db, farm, results, serve, sweep, targets, tuning
+from orchestrator.cli import common, db, farm, results, serve, sweep, targets, tuning
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -16,6 +16,14 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Sweep TVM Relax build configurations across an RPC device farm; keep every result in SQL.",
 )
+
+
+@app.callback()
+def _each_command() -> None:
+    """Every command starts with the default table options (one process may run several: tests, a REPL)."""
+    common.tables()
+
+
 app.add_typer(sweep.app, name="sweep")
 app.add_typer(results.app, name="results")
 app.add_typer(farm.app, name="farm")

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from answers import table
 from answers.query import NoSuchJob, QueryError
 from core.errors import one_line
 from db.store import (
@@ -47,6 +48,22 @@ DbOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+WideOpt = Annotated[bool, typer.Option("--wide", help="Every column of the table, however wide.")]
+ColumnsOpt = Annotated[
+    str | None,
+    typer.Option("--columns", help="Only these columns, in this order, comma-separated (a wrong name lists them)."),
+]
+TsvOpt = Annotated[bool, typer.Option("--tsv", help="Tab-separated values (every column, full ids) for spreadsheets.")]
+
+
+def tables(wide: bool = False, columns: str | None = None, tsv: bool = False) -> None:
+    """Set how this command prints its tables (--wide, --columns, --tsv); a wrong column name exits 2.
+
+    With --tsv, stdout carries the TSV alone: the lines a command prints around its tables go to stderr.
+    """
+    names = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
+    table.current = table.Options(wide=wide, columns=names, tsv=tsv, on_error=lambda m: fail(f"--columns: {m}", 2))
+    console.file = sys.stderr if tsv else None  # type: ignore[assignment]  (None: sys.stdout at each print)
 
 
 def fail(message: str, code: int = 1) -> None:

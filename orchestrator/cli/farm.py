@@ -6,14 +6,17 @@ from typing import Annotated
 
 import typer
 
-from answers import query, report
+from answers import columns, query, report
 from orchestrator import farm
 from orchestrator.cli.common import (
     MAX_BOARDS,
     NOT_FOUND,
+    ColumnsOpt,
     DbOpt,
     JsonOpt,
     TrackerOpt,
+    TsvOpt,
+    WideOpt,
     call,
     check_range,
     console,
@@ -22,6 +25,7 @@ from orchestrator.cli.common import (
     note,
     open_store,
     print_json,
+    tables,
 )
 
 app = typer.Typer(no_args_is_help=True, help="The device farm: a TVM RPC tracker and its boards.")
@@ -91,11 +95,15 @@ def farm_list(
     tracker: TrackerOpt = None,
     db: DbOpt = None,
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
     live: Annotated[
         bool, typer.Option("--live/--no-live", help="Ask each free board for its facts (else the database's).")
     ] = True,
 ) -> None:
     """Every board the tracker knows: key, state (free/busy), and its facts (live, else from the database)."""
+    tables(wide, only, tsv)
     address = tracker or farm.configured_tracker(home())
     if not address:
         fail("no farm configured: `tvmbench farm up` starts a local one, `tvmbench farm connect HOST:PORT` uses yours")
@@ -107,9 +115,7 @@ def farm_list(
     if as_json:
         print_json({"tracker": address, "boards": rows})
         return
-    report.simple_table(
-        console, [{k: v for k, v in r.items() if k != "facts"} for r in rows], title=f"farm at {address}"
-    )
+    report.simple_table(console, rows, f"farm at {address}", columns.BOARDS)
 
 
 @app.command("reset")

@@ -35,7 +35,8 @@ def progress_bar(console: Console, get_time: Callable[[], float] | None = None) 
     """The sweep's bar on ``console`` (stderr); ``get_time`` replaces the clock (tests)."""
     return Progress(
         TextColumn("{task.description}", style="bold", markup=False),
-        BarColumn(),
+        # The line fits 80 columns: the bar gives way to the counts, the elapsed time and the ETA.
+        BarColumn(bar_width=max(8, min(40, console.width - 84))),
         TextColumn("{task.fields[detail]}"),
         TimeElapsedColumn(),
         EtaColumn(),

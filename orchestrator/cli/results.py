@@ -10,17 +10,21 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from answers import analysis_views, compare, html_report, query, ranking, regressions, report, why
+from answers import analysis_views, columns, compare, html_report, query, ranking, regressions, report, why
 from answers import tuning as tuning_answers
 from orchestrator.cli.common import (
+    ColumnsOpt,
     DbOpt,
     JsonOpt,
+    TsvOpt,
+    WideOpt,
     check_range,
     console,
     fail,
     failures_as_lines,
     open_store,
     print_json,
+    tables,
 )
 
 app = typer.Typer(no_args_is_help=True, help="Query the results database.")
@@ -31,8 +35,12 @@ def results_list(
     sweep: Annotated[str | None, typer.Option(help="Sweep id, id prefix, label or name; default: all.")] = None,
     db: DbOpt = None,
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
 ) -> None:
     """One row per job: configuration, status, median latency, error against ONNX Runtime."""
+    tables(wide, only, tsv)
     with failures_as_lines():  # an unknown or ambiguous --sweep: one line, exit 2
         rows = query.results(open_store(db, read_only=True), sweep)
     if as_json:
@@ -42,14 +50,16 @@ def results_list(
 
 
 @app.command("sweeps")
-def results_sweeps(db: DbOpt = None, as_json: JsonOpt = False) -> None:
+def results_sweeps(
+    db: DbOpt = None, as_json: JsonOpt = False, wide: WideOpt = False, only: ColumnsOpt = None, tsv: TsvOpt = False
+) -> None:
     """The sweeps in the database, newest first, with their progress (jobs final / ok / failed / pending)."""
+    tables(wide, only, tsv)
     rows = query.sweeps_overview(open_store(db, read_only=True))
     if as_json:
         print_json(rows)
         return
-    hidden = ("statuses", "finished_at", "driver", "resume")  # in --json; the table stays readable in a terminal
-    report.simple_table(console, [{k: v for k, v in r.items() if k not in hidden} for r in rows], title="sweeps")
+    report.simple_table(console, rows, "sweeps", columns.SWEEPS)
     for r in rows:
         if r["resume"]:
             console.print(f"sweep {r['sweep_id']} was interrupted (its driver is gone): `{r['resume']}` finishes it")
@@ -66,8 +76,12 @@ def results_show(
     top: Annotated[int, typer.Option(help="Kernels to list from the per-kernel profile.")] = 10,
     db: DbOpt = None,
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
 ) -> None:
     """One job: configuration, build facts, pass trace, samples, errors, top kernels; --diff another job."""
+    tables(wide, only, tsv)
     with failures_as_lines():  # unknown jobs or sweeps: one line, exit 2
         shown = why.explain_job(open_store(db, read_only=True), job, sweep, diff, diff_sweep)
     detail, other, kernels, pass_diff = shown["detail"], shown["other"], shown["kernels"], shown["pass_diff"]
@@ -159,14 +173,18 @@ def results_query(
     ] = None,
     db: DbOpt = None,
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
 ) -> None:
     """Filter results; optionally group (counts, median/fastest/slowest of ok medians) or pivot them."""
+    tables(wide, only, tsv)
     if max_memory_mb is not None and max_memory_mb <= 0:
         fail(f"--max-memory-mb {max_memory_mb:g}: give the board's memory in MB, e.g. --max-memory-mb 512", code=2)
     filters = _filters(sweep, model, target, board, executor, opt_level, pipeline, status, since, until)
     filters = replace(filters, max_memory_mb=max_memory_mb)
-    table_only = not (group_by or pivot or as_json or as_csv)
+    table_only = not (group_by or pivot or as_json or as_csv or tsv)  # --tsv, like --csv, gives every row
     if table_only and limit is None:
         limit = TABLE_ROWS  # a terminal table of a million rows helps nobody; --csv/--json give them all
     store = open_store(db, read_only=True)
@@ -210,8 +228,12 @@ def results_best(
     ] = "steady",
     db: DbOpt = None,
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
 ) -> None:
     """Per (model, board): the fastest configuration whose outputs were correct, its speed-ups and certainty."""
+    tables(wide, only, tsv)
     filters = _filters(sweep, model, target, board, executor, None, pipeline, None, None, None)
     with failures_as_lines():
         check_range("--confidence", confidence, 0, 1, open_low=True)
@@ -232,8 +254,12 @@ def results_compare(
     show_all: Annotated[bool, typer.Option("--all", help="List unchanged jobs too.")] = False,
     db: DbOpt = None,
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
 ) -> None:
     """Matched jobs of two sweeps: ratio B/A, its CI, a rank test on the samples; exit 1 on regressions."""
+    tables(wide, only, tsv)
     with failures_as_lines():
         check_range("--threshold", threshold, 0)
         check_range("--alpha", alpha, 0, 1, open_low=True)
@@ -262,8 +288,12 @@ def results_regressions(
     show_all: Annotated[bool, typer.Option("--all", help="List every judged result, not only regressions.")] = False,
     db: DbOpt = None,
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
 ) -> None:
     """Results slower than their own history (same model, target, executor, opt_level, pipeline, board key)."""
+    tables(wide, only, tsv)
     filters = _filters(sweep, model, target, board, executor, None, None, None, None, None)
     check_range("--lookback", lookback, 1)
     check_range("--z", z, 0, open_low=True)
@@ -286,8 +316,12 @@ def results_history(
     lookback: Annotated[int, typer.Option(help="Earlier results forming each point's baseline.")] = 20,
     db: DbOpt = None,
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
 ) -> None:
     """One configuration over time: every result, oldest first, each judged against the ones before it."""
+    tables(wide, only, tsv)
     with failures_as_lines():
         data = regressions.history(
             open_store(db, read_only=True), job, method=method, params=regressions.Params(lookback=lookback)
@@ -297,7 +331,8 @@ def results_history(
         return
     cols = ["sweep_id", "sweep_label", "sweep_created_at", "status", "median", "unit", "baseline", "score", "regressed"]
     title = f"{data['model']} {data['executor']} O{data['opt_level']} {data['pipeline']} on {data['board_key']}"
-    analysis_views.table_rows(console, data["points"], f"history of {data['job_key'][:12]}: {title}", cols)
+    history_of = f"history of {data['job_key'][:12]}: {title}"
+    analysis_views.table_rows(console, data["points"], history_of, cols, priority={"sweep_id": 0})
 
 
 def report_cmd(

@@ -8,15 +8,19 @@ from typing import Annotated
 
 import typer
 
-from answers import query, report
+from answers import columns, query, report
+from answers.table import short_id
 from db.urls import password_in, shown_url
 from orchestrator import interrupts, plan, scheduler, submit
 from orchestrator.cli.common import (
     MAX_BOARDS,
     NOT_FOUND,
+    ColumnsOpt,
     DbOpt,
     JsonOpt,
     TrackerOpt,
+    TsvOpt,
+    WideOpt,
     call,
     console,
     err,
@@ -27,6 +31,7 @@ from orchestrator.cli.common import (
     note,
     open_store,
     print_json,
+    tables,
 )
 from orchestrator.cli.progress import progress_bar
 from orchestrator.resume import resume_spec
@@ -61,8 +66,12 @@ def sweep_plan(
     db: DbOpt = None,
     label: Annotated[str | None, typer.Option(help="Plan the sweep under this label.")] = None,
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
 ) -> None:
     """Dry run: the job matrix, what is already built or measured, and what will run."""
+    tables(wide, only, tsv)
     spec = load(path, label)
     store = open_store(db, read_only=True)  # no database yet: nothing is cached, none is created
     rows = plan.plan_rows(spec, store)
@@ -120,7 +129,7 @@ def _execute(
     store = open_store(db)
     try:
         with progress_bar(err) as bar, failures_as_lines():
-            task = bar.add_task(f"sweep {spec.sweep_id}", total=None, detail="starting")
+            task = bar.add_task(f"sweep {short_id(spec.sweep_id)}", total=None, detail="starting")
 
             def on_progress(_event: str, c: dict[str, int]) -> None:
                 done = c.get("ok", 0) + c.get("failed", 0) + c.get("waiting", 0)
@@ -128,10 +137,10 @@ def _execute(
                     task,
                     total=c.get("jobs"),
                     completed=done,
-                    detail=f"built {c.get('built', 0)}/{c.get('to_build', 0)} "
-                    f"(cached {c.get('cached', 0)}) · measured ok {c.get('ok', 0)} "
-                    f"· failed {c.get('failed', 0)}"
-                    + (f" · tuning trials {c['trials_done']}/{c['trials_budget']}" if c.get("trials_budget") else ""),
+                    detail=f"built {c.get('built', 0)}/{c.get('to_build', 0)}"
+                    + (f" ({c['cached']} cached)" if c.get("cached") else "")
+                    + f" · ok {c.get('ok', 0)} · failed {c.get('failed', 0)}"
+                    + (f" · trials {c['trials_done']}/{c['trials_budget']}" if c.get("trials_budget") else ""),
                 )
 
             outcome = scheduler.execute_sweep(
@@ -175,12 +184,16 @@ def sweep_run(
     ] = None,
     boards: BoardsOpt = 1,
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
     farm_resource: FarmResourceOpt = None,
 ) -> None:
     """Run a sweep here: build on Ray, measure on the farm, store every outcome. Re-running finishes what is missing.
 
     Exit status: 0 all ok, 1 some jobs failed, 2 invalid sweep file, 3 jobs still wait for a device.
     """
+    tables(wide, only, tsv)
     spec = load(path, label)
     default = _default_target_note(spec)
     if default:
@@ -196,8 +209,12 @@ def sweep_resume(
     ray_address: RayOpt = None,
     boards: BoardsOpt = 1,
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
 ) -> None:
     """Finish a stored sweep: jobs without a final row run, and so do jobs `sweep cancel` ended."""
+    tables(wide, only, tsv)
     store = open_store(db)
     sweep = call(store.get_sweep, sweep_id)  # a prefix of several sweeps: one line, exit 2
     if sweep is None:
@@ -263,13 +280,17 @@ def sweep_status_cmd(
         str | None, typer.Option("--ray-address", envvar="TVMBENCH_RAY_ADDRESS", help="Dashboard URL of the cluster.")
     ] = None,
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
 ) -> None:
     """Progress of a sweep: job counts from the database and the state of its Ray job."""
+    tables(wide, only, tsv)
     status = call(submit.sweep_status, sweep_id, store=open_store(db, read_only=True), ray_address=ray_address)
     if as_json:
         print_json(status)
         return
-    report.simple_table(console, [{k: v for k, v in status.items() if k != "statuses"}], title=f"sweep {sweep_id}")
+    report.simple_table(console, [status], f"sweep {sweep_id}", columns.SWEEP_STATUS)
 
 
 @app.command("logs")

@@ -6,16 +6,17 @@ import json
 
 import typer
 
-from answers import report
-from orchestrator.cli.common import JsonOpt, console, print_json
+from answers import columns, report
+from orchestrator.cli.common import ColumnsOpt, JsonOpt, TsvOpt, WideOpt, console, print_json, tables
 from workers.targets import PRESETS
 
 app = typer.Typer(no_args_is_help=True, help="Target presets.")
 
 
 @app.command("list")
-def targets_list(as_json: JsonOpt = False) -> None:
+def targets_list(as_json: JsonOpt = False, wide: WideOpt = False, only: ColumnsOpt = None, tsv: TsvOpt = False) -> None:
     """Target presets usable as preset = "NAME" in a sweep file."""
+    tables(wide, only, tsv)
     rows = [
         {
             "preset": p.name,
@@ -31,4 +32,4 @@ def targets_list(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json(rows)
         return
-    report.simple_table(console, rows, title="target presets")
+    report.simple_table(console, rows, "target presets", columns.TARGETS)

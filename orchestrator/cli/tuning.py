@@ -11,7 +11,20 @@ from typing import Annotated
 
 import typer
 
-from orchestrator.cli.common import DbOpt, JsonOpt, console, fail, note, open_store, print_json
+from answers import columns, report
+from orchestrator.cli.common import (
+    ColumnsOpt,
+    DbOpt,
+    JsonOpt,
+    TsvOpt,
+    WideOpt,
+    console,
+    fail,
+    note,
+    open_store,
+    print_json,
+    tables,
+)
 
 app = typer.Typer(no_args_is_help=True, help="MetaSchedule tuning records: list, export and import JSON databases.")
 
@@ -23,8 +36,11 @@ ModelOpt = Annotated[str | None, typer.Option("--model", help="Only workloads me
 
 
 @app.command("list")
-def tuning_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
+def tuning_list(
+    db: DbOpt = None, as_json: JsonOpt = False, wide: WideOpt = False, only: ColumnsOpt = None, tsv: TsvOpt = False
+) -> None:
     """Stored tuning records per scope: board key, target, TVM version, module equality."""
+    tables(wide, only, tsv)
     from workers.tuning.exchange import short_target
 
     rows = open_store(db, read_only=True).tuning_scopes()
@@ -36,17 +52,8 @@ def tuning_list(db: DbOpt = None, as_json: JsonOpt = False) -> None:
             "no tuning records yet: a sweep with a [axes] tuning budget, or `tvmbench tuning import`, adds them"
         )
         return
-    from rich.table import Table
-
-    table = Table(title="tuning records")
-    for col in ("board key", "target", "TVM", "equality", "workloads", "records"):
-        table.add_column(col, justify="right" if col in ("workloads", "records") else "left")
-    for r in rows:
-        table.add_row(
-            r["board_key"], short_target(r["target"]), r["tvm_version"], r["module_equality"],
-            str(r["workloads"]), str(r["records"]),
-        )  # fmt: skip
-    console.print(table)
+    rows = [{**r, "target": short_target(r["target"])} for r in rows]
+    report.simple_table(console, rows, "tuning records", columns.TUNING_SCOPES)
 
 
 @app.command("export")
