@@ -249,6 +249,10 @@ def sweep_submit(
     """
     if not path.is_file():
         fail(f"{path}: no such sweep file; give the path to a .toml file", code=2)
+    if db and not db.startswith("sqlite"):
+        # Created or upgraded here, before the job starts: a wrong URL is this command's one line, and a
+        # `sweep status` right after the submit reads a tvmbench database (reads never create one).
+        open_store(db).close()
     if db and password_in(db):
         note(
             "the --db password travels in the Ray job's environment, which the cluster's dashboard shows: "
