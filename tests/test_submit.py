@@ -79,12 +79,24 @@ def test_submit_refuses_a_database_only_this_machine_has(tmp_path: Path, home: P
     assert len(result.output.strip().splitlines()) == 1, result.output
 
 
-def test_submit_unreachable_cluster_is_one_line(tmp_path: Path, home: Path) -> None:
+@pytest.mark.postgres
+def test_submit_unreachable_cluster_is_one_line(tmp_path: Path, home: Path, pg_url: str) -> None:
     sweep = _project(tmp_path)
-    args = ["sweep", "submit", str(sweep), "--ray-address", "http://127.0.0.1:1", "--db", "postgresql+psycopg://x/y"]
+    args = ["sweep", "submit", str(sweep), "--ray-address", "http://127.0.0.1:1", "--db", pg_url]
     result = runner.invoke(app, args)
     assert result.exit_code == 1, result.output
     assert "cannot reach the Ray dashboard at http://127.0.0.1:1" in result.output
+
+
+def test_submit_to_a_database_it_cannot_open_is_one_line_before_any_job(tmp_path: Path, home: Path) -> None:
+    """The --db is opened (created or upgraded) before the job is sent: a wrong URL is bad input here."""
+    sweep = _project(tmp_path)
+    args = ["sweep", "submit", str(sweep), "--ray-address", "http://127.0.0.1:1", "--db", "postgresql+psycopg://x/y"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "cannot open results database postgresql+psycopg://x/y" in result.output
+    assert "Ray dashboard" not in result.output  # nothing was submitted
+    assert len(result.output.strip().splitlines()) == 1, result.output
 
 
 def test_status_shows_progress_from_the_database(tmp_path: Path, home: Path) -> None:
