@@ -333,8 +333,11 @@ def test_the_sweep_progress_bar_has_an_eta() -> None:
     now[0] = 130.0
     bar.update(task, completed=2)
     assert "ETA 0:02:00" in shown()  # 2 jobs in 30 s: 8 left take 120 s
+    assert not set(shown()) & set("━─╸╺")  # not a terminal (a log file): no bar drawn
     bar.update(task, completed=10)
     assert "ETA" not in shown()
+    terminal = progress_bar(Console(file=io.StringIO(), width=120, force_terminal=True))
+    assert any(type(c).__name__ == "BarColumn" for c in terminal.columns)  # in a terminal the bar is there
 
 
 # --- tuning export / import: bad paths, bad lines, a big repetitive file -----------------------------

@@ -33,10 +33,12 @@ class EtaColumn(ProgressColumn):
 
 def progress_bar(console: Console, get_time: Callable[[], float] | None = None) -> Progress:
     """The sweep's bar on ``console`` (stderr); ``get_time`` replaces the clock (tests)."""
+    # The line fits 80 columns: the bar gives way to the counts, the elapsed time and the ETA. Not a
+    # terminal (a log file, CI): no bar at all, so the line there holds no box-drawing characters.
+    bar = [BarColumn(bar_width=max(8, min(40, console.width - 84)))] if console.is_terminal else []
     return Progress(
         TextColumn("{task.description}", style="bold", markup=False),
-        # The line fits 80 columns: the bar gives way to the counts, the elapsed time and the ETA.
-        BarColumn(bar_width=max(8, min(40, console.width - 84))),
+        *bar,
         TextColumn("{task.fields[detail]}"),
         TimeElapsedColumn(),
         EtaColumn(),
