@@ -25,9 +25,9 @@ from pathlib import Path
 import onnx
 import psutil
 
-from core.records import FINAL_STATUSES
 from orchestrator.farm import BoardProcess, LocalFarm, wait_until
 from orchestrator.spec import load_spec
+from tvmbench.core.records import FINAL_STATUSES
 from workers import model_zoo
 from workers.executors.relax_vm import artifact_name
 

@@ -24,10 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from answers import query  # noqa: E402
 from benchmarks.scale_results import fill  # noqa: E402
-from dashboard.server import listen, make_server, open_readonly  # noqa: E402
 from db.store import ResultStore  # noqa: E402
+from tvmbench.answers import query  # noqa: E402
+from tvmbench.dashboard.server import listen, make_server, open_readonly  # noqa: E402
 
 
 def _get(url: str) -> float:

@@ -97,8 +97,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     opts = parser.parse_args()
 
-    from answers.stats import median_ci, ratio_ci
     from orchestrator.farm import LocalFarm
+    from tvmbench.answers.stats import median_ci, ratio_ci
     from workers import model_zoo
     from workers.sampling import SamplingPlan, sample
     from workers.tracker_client import request_session

@@ -26,11 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from answers import query as q  # noqa: E402
-from answers import ranking  # noqa: E402
-from core.records import canonical_hash  # noqa: E402
 from db import models as m  # noqa: E402
 from db.store import ResultStore  # noqa: E402
+from tvmbench.answers import query as q  # noqa: E402
+from tvmbench.answers import ranking  # noqa: E402
+from tvmbench.core.records import canonical_hash  # noqa: E402
 
 MODELS = [f"model_{i:02d}" for i in range(20)]
 BOARDS = [("host", False), ("rpi4", False), ("x86-avx512", False), ("arm64-emu", True)]

@@ -38,11 +38,11 @@ from typing import Any
 
 import onnx
 
-from core.records import Build, Job, MeasureSettings, ModelRef, Run, TargetSpec
 from db.store import ResultStore
 from orchestrator.farm import LocalFarm
 from orchestrator.scheduler import ensure_ray, run_sweep
 from orchestrator.spec import SweepSpec, load_spec
+from tvmbench.core.records import Build, Job, MeasureSettings, ModelRef, Run, TargetSpec
 from workers import model_zoo
 from workers.artifacts import ArtifactCache
 from workers.board_session import ok_run

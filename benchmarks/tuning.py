@@ -79,9 +79,9 @@ def run_sweep(path: Path, db: str, home: Path) -> tuple[str, float, int]:
 
 def figures(db: str, sweep_id: str) -> list[dict[str, Any]]:
     """One row per job of the sweep: median and CI, ratio to ORT, and the tuning figures."""
-    from answers import query
-    from answers.stats import median_ci
     from db.store import ResultStore
+    from tvmbench.answers import query
+    from tvmbench.answers.stats import median_ci
 
     store = ResultStore(db)
     rows = query.results(store, sweep_id)

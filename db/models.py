@@ -59,7 +59,7 @@ class Sweep(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     # The driver at work on it (migration 0007): where and which process, and when it last said so; a
-    # reader shows a running sweep whose driver is gone as interrupted (core/liveness.py).
+    # reader shows a running sweep whose driver is gone as interrupted (tvmbench/core/liveness.py).
     driver_host: Mapped[str | None] = mapped_column(String(200), nullable=True)
     driver_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -1,7 +1,7 @@
 """ResultStore: every write of the results database, over any SQLAlchemy URL.
 
 Reads live elsewhere: the ones that answer people (result rows, one job in full, sweeps, boards and all
-the analytics) in answers/query.py; here only the few the control plane acts on while it writes (job
+the analytics) in tvmbench/answers/query.py; here only the few the control plane acts on while it writes (job
 statuses, a cached build, board states, the cancel flag, the next attempt number, a sweep by id).
 
 SQLite (the default) runs in WAL mode with synchronous=FULL and a busy timeout, so a result that was
@@ -30,12 +30,12 @@ from sqlalchemy.exc import DatabaseError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import QueuePool
 
-from core import records
-from core.errors import describe_missing, one_line
-from core.health import next_state
-from core.pass_trace import compact_split, expand, pipeline_passes
 from db import models as m
 from db.lookup import resolve_prefix
+from tvmbench.core import records
+from tvmbench.core.errors import describe_missing, one_line
+from tvmbench.core.health import next_state
+from tvmbench.core.pass_trace import compact_split, expand, pipeline_passes
 
 T = TypeVar("T")
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -327,7 +327,7 @@ class ResultStore:
 
     @contextmanager
     def read(self) -> Iterator[Session]:
-        """A session for reads (answers/query.py); nothing written in it is committed."""
+        """A session for reads (tvmbench/answers/query.py); nothing written in it is committed."""
         with self._sessions() as session:
             yield session
 
@@ -462,7 +462,7 @@ class ResultStore:
         return self._write(write)
 
     def heartbeat(self, sweep_id: str) -> None:
-        """The driver is alive: refresh its heartbeat (core/liveness.py reads it)."""
+        """The driver is alive: refresh its heartbeat (tvmbench/core/liveness.py reads it)."""
 
         def write(s: Session) -> None:
             s.execute(update(m.Sweep).where(m.Sweep.id == sweep_id).values(heartbeat_at=_now()))
@@ -536,7 +536,7 @@ class ResultStore:
                 "status": build.status,
                 "error": build.error,
                 "fingerprint": build.fingerprint,
-                # Runs of the per-kernel TIR pipeline folded (core/pass_trace.py); pass_count counts them all.
+                # Runs of the per-kernel TIR pipeline folded (tvmbench/core/pass_trace.py); pass_count counts them all.
                 "pass_trace": compact_split(build.pass_trace, build.pipeline_passes),
                 "pass_count": len(build.pass_trace),
                 "kernel_count": build.kernel_count,
@@ -669,7 +669,7 @@ class ResultStore:
         board.emulated = bool(facts.get("emulated", run.emulated))
         board.facts = facts or board.facts
         board.last_seen = _now()
-        # The health rule (core/health.py): the golden model or a correct run clears the count, faults add up.
+        # The health rule (tvmbench/core/health.py): the golden model or a correct run clears the count, faults add up.
         board.state, board.consecutive_failures = next_state(
             board.state, board.consecutive_failures or 0, run.status, run.health
         )

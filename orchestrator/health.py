@@ -1,7 +1,7 @@
 """Board health in the driver: which golden model a job's boards are checked with, and where it is kept.
 
 The rule itself (``QUARANTINE_AFTER``, the next board state, the ``GoldenModel`` record) lives in
-core/health.py, which the store applies when it records a run. Here: a board runs the golden model
+tvmbench/core/health.py, which the store applies when it records a run. Here: a board runs the golden model
 (model_zoo.tiny_mlp, built for the job's target, checked against ONNX Runtime) the first time a sweep
 gets it and again after each failure on it. The golden model is built as a Ray task like any other
 build (orchestrator/scheduler.py) and its artifact kept in the artifact cache, indexed by build key.
@@ -20,8 +20,8 @@ import functools
 import hashlib
 from pathlib import Path
 
-from core.health import QUARANTINE_AFTER, GoldenModel
-from core.records import Job, ModelRef
+from tvmbench.core.health import QUARANTINE_AFTER, GoldenModel
+from tvmbench.core.records import Job, ModelRef
 from workers import model_zoo
 from workers.artifacts import ArtifactCache
 from workers.build_common import tvm_versions

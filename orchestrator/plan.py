@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from core.records import Job
 from db.store import ResultStore
 from orchestrator.spec import SweepSpec
+from tvmbench.core.records import Job
 from workers.build_common import tvm_versions
 from workers.executors import registry
 from workers.targets import target_kind

@@ -20,15 +20,15 @@ from typing import Any
 import numpy as np
 from sqlalchemy.exc import OperationalError
 
-from core.errors import one_line
-from core.health import GoldenModel
-from core.liveness import HEARTBEAT_S
-from core.records import PENDING_STATUSES, Build, Job, Run, canonical_hash
 from db.store import ResultStore
 from orchestrator import farm, health
 from orchestrator.interrupts import keep_handlers
 from orchestrator.plan import plan_jobs
 from orchestrator.spec import SweepSpec
+from tvmbench.core.errors import one_line
+from tvmbench.core.health import GoldenModel
+from tvmbench.core.liveness import HEARTBEAT_S
+from tvmbench.core.records import PENDING_STATUSES, Build, Job, Run, canonical_hash
 from workers.aot.boards import is_mcu_target
 from workers.artifacts import ArtifactCache
 from workers.build_common import tvm_versions
@@ -469,7 +469,7 @@ class _Sweep:
     # --- faults -------------------------------------------------------------------------------
 
     def _heartbeat(self) -> None:
-        """Tell readers this driver is alive (core/liveness.py), at most every HEARTBEAT_S: one small UPDATE."""
+        """Tell readers this driver is alive (core/liveness.py), at most every HEARTBEAT_S: one UPDATE."""
         now = time.monotonic()
         if now - self._beat_at < HEARTBEAT_S:
             return

@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import describe_missing
-from core.records import (
+from tvmbench.core.errors import describe_missing
+from tvmbench.core.records import (
     COST_MODELS,
     MODULE_EQUALITIES,
     PIPELINES,

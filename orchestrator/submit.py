@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from core import liveness
-from core.errors import one_line
-from core.records import FINAL_STATUSES, PENDING_STATUSES
 from db.lookup import pick_prefix
 from db.urls import redact, shown_url
 from orchestrator.farm import FarmError, wait_until
 from orchestrator.spec import SpecError, load_spec
+from tvmbench.core import liveness
+from tvmbench.core.errors import one_line
+from tvmbench.core.records import FINAL_STATUSES, PENDING_STATUSES
 
 SUBMISSION_PREFIX = "tvmbench-"
 METADATA_KEY = "tvmbench_sweep"
@@ -304,7 +304,7 @@ def cancel_local(store: Any, sweep_ref: str, *, wait_s: float = 30.0, poll_s: fl
     if sweep is None:
         raise NotFound(f"no sweep {sweep_ref!r} in {shown_url(store.url)}; `tvmbench results sweeps` lists them")
     before = store.request_cancel(sweep.id)
-    # A driver known to be gone (core/liveness.py) never answers the flag: no wait for it.
+    # A driver known to be gone (tvmbench/core/liveness.py) never answers the flag: no wait for it.
     gone = liveness.driver_gone(sweep.driver_host, sweep.driver_pid, sweep.heartbeat_at)
     if before not in ("complete", "cancelled"):
         if before in ("running", "cancelling") and not gone:

@@ -12,9 +12,9 @@ from typing import Any
 
 from sqlalchemy import select
 
-from core.records import Job, canonical_hash
 from db import models as m
 from db.store import ResultStore
+from tvmbench.core.records import Job, canonical_hash
 
 
 def records_database(store: ResultStore, home: Path, job: Job, tvm_version: str) -> dict[str, str]:

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from core.records import canonical_hash
 from db import models as m
 from db.store import ResultStore, tuning_columns
+from tvmbench.core.records import canonical_hash
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 

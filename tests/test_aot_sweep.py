@@ -9,12 +9,12 @@ from pathlib import Path
 import onnx
 import pytest
 
-from answers import query as reads
 from orchestrator.farm import LocalFarm
 from orchestrator.plan import plan_jobs
 from orchestrator.scheduler import run_sweep
 from orchestrator.spec import SpecError, load_spec, parse_spec
 from tests.conftest import write_sweep
+from tvmbench.answers import query as reads
 from workers import model_zoo
 from workers.artifacts import ArtifactCache
 

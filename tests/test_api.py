@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 
 import tvmbench
-from answers import query as reads
-from answers.query import QueryError
 from db.store import ResultStore
 from orchestrator.farm import LocalFarm
 from orchestrator.spec import SpecError
 from tests.conftest import write_sweep
+from tvmbench.answers import query as reads
+from tvmbench.answers.query import QueryError
 
 SWEEP = """
 name = "api"

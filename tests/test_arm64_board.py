@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from answers import query as reads
 from db.store import ResultStore
 from orchestrator.farm import LocalFarm
 from orchestrator.scheduler import run_sweep
 from orchestrator.spec import load_spec
 from tests.conftest import write_sweep
+from tvmbench.answers import query as reads
 from workers.artifacts import ArtifactCache, elf_arch
 
 pytestmark = [
@@ -113,7 +113,7 @@ def test_farm_up_board_arm64_emu_and_farm_list_shows_facts(
 ) -> None:
     from typer.testing import CliRunner
 
-    from orchestrator.cli import app
+    from tvmbench.cli import app
 
     monkeypatch.setenv("TVMBENCH_BOARD_ROOT_ARM64_EMU", str(arm64_root))
     runner = CliRunner()
@@ -138,7 +138,7 @@ def test_farm_up_board_arm64_emu_and_farm_list_shows_facts(
 def test_farm_up_unknown_board_kind_is_one_line_error(home: Path) -> None:
     from typer.testing import CliRunner
 
-    from orchestrator.cli import app
+    from tvmbench.cli import app
 
     result = CliRunner().invoke(app, ["farm", "up", "--board", "pdp11"])
     assert result.exit_code == 1

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from answers import query as reads
 from orchestrator.farm import LocalFarm
 from orchestrator.scheduler import run_sweep
 from orchestrator.spec import SpecError, load_spec, parse_spec
 from tests.conftest import write_sweep
+from tvmbench.answers import query as reads
 from workers.artifacts import ArtifactCache
 
 SWEEP = """

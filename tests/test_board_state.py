@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from answers.report import board_state_line
+from tvmbench.answers.report import board_state_line
 from workers import board_state
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
 from orchestrator.farm import LocalFarm
 from tests.conftest import write_sweep
+from tvmbench.cli import app
 from workers.tracker_client import registered_keys, tracker_summary
 
 runner = CliRunner()

@@ -9,19 +9,19 @@ import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from answers import query as reads
-from answers.compare import compare
 from db import models as m
 from db.store import ResultStore
 from orchestrator.farm import LocalFarm
 from tests.conftest import write_sweep
 from tests.synthetic import Result, add_sweep, noisy, row_by
+from tvmbench.answers import query as reads
+from tvmbench.answers.compare import compare
 
 runner = CliRunner()
 
 
 def _cli(*args: str) -> tuple[int, str]:
-    result = runner.invoke(__import__("orchestrator.cli", fromlist=["app"]).app, list(args), catch_exceptions=False)
+    result = runner.invoke(__import__("tvmbench.cli", fromlist=["app"]).app, list(args), catch_exceptions=False)
     return result.exit_code, result.output
 
 
@@ -116,7 +116,7 @@ def test_show_diff_of_pass_traces_and_missing_profile(store) -> None:  # type: i
 
 
 def test_kernel_profile_shapes_are_normalised() -> None:
-    from answers.why import normalise_profile
+    from tvmbench.answers.why import normalise_profile
 
     assert normalise_profile({"fused_conv": 2.0, "add": 0.5}) == [("fused_conv", 2.0), ("add", 0.5)]
     listed = [

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from core.errors import one_line
-from core.health import QUARANTINE_AFTER, next_state
+from tvmbench.core.errors import one_line
+from tvmbench.core.health import QUARANTINE_AFTER, next_state
 
 
 def test_one_line_picks_the_telling_line_of_a_tvm_error() -> None:

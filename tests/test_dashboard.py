@@ -27,20 +27,20 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from answers import query
-from dashboard.server import ServeError, check_host, listen, make_server, open_readonly
 from db.store import ResultStore
-from orchestrator.cli import app
 from orchestrator.farm import LocalFarm
 from orchestrator.scheduler import run_sweep
 from orchestrator.spec import load_spec
 from tests.browser import CHROMIUM, Browser
 from tests.conftest import write_sweep
 from tests.synthetic import T0, Result, add_sweep, noisy
+from tvmbench.answers import query
+from tvmbench.cli import app
+from tvmbench.dashboard.server import ServeError, check_host, listen, make_server, open_readonly
 from workers.artifacts import ArtifactCache
 
-# The CLI in a fresh process (`app` stays importable from orchestrator.cli when it becomes a package).
-TVMBENCH = [sys.executable, "-c", "from orchestrator.cli import app; app()"]
+# The CLI in a fresh process (`app` stays importable from tvmbench.cli when it becomes a package).
+TVMBENCH = [sys.executable, "-c", "from tvmbench.cli import app; app()"]
 HOSTILE = "<script>alert(1)</script>"
 ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
 # cooldown_ms makes each measurement take about a second (5 repeats x 200 ms): long enough for the

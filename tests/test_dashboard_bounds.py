@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from dashboard.app import MAX_VALUE
-from dashboard.server import open_readonly
 from db.store import ResultStore
 from tests.synthetic import T0, Result, add_sweep, noisy
 from tests.test_dashboard import get, running
+from tvmbench.dashboard.app import MAX_VALUE
+from tvmbench.dashboard.server import open_readonly
 
 A, B = "cmp000000001", "cmp000000002"
 

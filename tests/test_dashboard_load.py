@@ -27,7 +27,7 @@ import pytest
 from db.store import ResultStore
 from tests.synthetic import T0, Result, add_sweep, noisy
 
-TVMBENCH = [sys.executable, "-c", "from orchestrator.cli import app; app()"]
+TVMBENCH = [sys.executable, "-c", "from tvmbench.cli import app; app()"]
 SWEEPS = [f"load{i:04d}beef" for i in range(4)]
 PARALLEL = 20
 REQUESTS = 400

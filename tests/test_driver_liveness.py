@@ -1,4 +1,4 @@
-"""A sweep whose driver is gone reads as `interrupted` (core/liveness.py): the rule, and every reader of it.
+"""A sweep whose driver is gone reads as `interrupted` (tvmbench/core/liveness.py): the rule, and every reader of it.
 
 The rule is checked with real pids (this process, and a child that has exited) and with heartbeats of
 given ages; the readers (`results sweeps`, `sweep status`, `sweep cancel`, the dashboard's data) on real
@@ -20,16 +20,16 @@ from pathlib import Path
 from sqlalchemy import MetaData, update
 from typer.testing import CliRunner
 
-from answers import query as reads
-from core import liveness
-from dashboard.server import open_readonly
 from db import models as m
 from db.store import ResultStore, make_engine
-from orchestrator.cli import app
 from orchestrator.submit import cancel_local
 from tests.test_dashboard import get, get_json, running
 from tests.test_migration_0005 import _migrate
 from tests.test_store_backends import begin
+from tvmbench.answers import query as reads
+from tvmbench.cli import app
+from tvmbench.core import liveness
+from tvmbench.dashboard.server import open_readonly
 
 HERE = socket.gethostname()
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

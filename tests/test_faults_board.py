@@ -19,12 +19,12 @@ import pytest
 from typer.testing import CliRunner
 
 from benchmarks.chaos_report import board_in_session
-from core.health import QUARANTINE_AFTER, GoldenModel
-from core.records import Build, Job, MeasureSettings, ModelRef, Run
 from db.store import ResultStore
-from orchestrator.cli import app
 from orchestrator.farm import LocalFarm, wait_until
 from orchestrator.health import build_golden
+from tvmbench.cli import app
+from tvmbench.core.health import QUARANTINE_AFTER, GoldenModel
+from tvmbench.core.records import Build, Job, MeasureSettings, ModelRef, Run
 from workers import model_zoo
 from workers.artifacts import ArtifactCache
 from workers.executors.registry import build_job, measure_job

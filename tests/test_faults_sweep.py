@@ -22,15 +22,15 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from answers import query as reads
-from core.records import FINAL_STATUSES
 from db.store import ResultStore
-from orchestrator.cli import app
 from orchestrator.farm import LocalFarm, wait_until
 from orchestrator.plan import plan_jobs
 from orchestrator.scheduler import build_on_node, run_sweep
 from orchestrator.spec import load_spec
 from tests.conftest import write_sweep
+from tvmbench.answers import query as reads
+from tvmbench.cli import app
+from tvmbench.core.records import FINAL_STATUSES
 from workers import model_zoo
 from workers.artifacts import ArtifactCache
 from workers.tracker_client import tracker_summary
@@ -324,7 +324,7 @@ def test_ray_dashboard_is_not_started(ray_local: None) -> None:
 
 
 def test_cancel_without_a_driver_marks_the_rest_and_keeps_results(tmp_path: Path, models_dir: Path) -> None:
-    from core.records import Run
+    from tvmbench.core.records import Run
 
     store = ResultStore(f"sqlite:///{tmp_path / 'c.db'}")
     spec = load_spec(

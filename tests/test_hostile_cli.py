@@ -18,9 +18,9 @@ import onnx
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
 from orchestrator.farm import wait_until
 from tests.conftest import write_sweep
+from tvmbench.cli import app
 from workers import model_zoo
 
 TVMBENCH = str(Path(sys.executable).with_name("tvmbench"))
@@ -313,7 +313,7 @@ def test_the_sweep_progress_bar_has_an_eta() -> None:
 
     from rich.console import Console
 
-    from orchestrator.cli.progress import progress_bar
+    from tvmbench.cli.progress import progress_bar
 
     now = [100.0]
     out = io.StringIO()

@@ -16,8 +16,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
 from tests.conftest import write_sweep
+from tvmbench.cli import app
 from workers import model_zoo
 
 _OPENED: list[str] | None = None  # while a list, the audit hook records opened paths into it

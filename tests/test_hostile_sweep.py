@@ -25,10 +25,10 @@ import onnx
 import psutil
 import pytest
 
-from core.records import FINAL_STATUSES
 from orchestrator.farm import wait_until
 from tests import odd_models
 from tests.conftest import write_sweep
+from tvmbench.core.records import FINAL_STATUSES
 from workers import model_zoo
 
 TVMBENCH = str(Path(sys.executable).with_name("tvmbench"))

@@ -19,11 +19,11 @@ import pytest
 from typer.testing import CliRunner
 
 from db.store import ResultStore
-from orchestrator.cli import app
 from orchestrator.spec import load_spec
 from tests import odd_models
 from tests.conftest import write_sweep
 from tests.test_store_backends import MODEL, begin, make_jobs, ok_run
+from tvmbench.cli import app
 from workers import model_zoo
 from workers.onnx_model import seeded_inputs
 from workers.reference import compare, reference_outputs

@@ -29,10 +29,10 @@ from db import models as m
 from db.lookup import QueryError
 from db.store import ResultStore
 from orchestrator import submit
-from orchestrator.cli import app
 from tests.synthetic import T0, Result, add_sweep, noisy
+from tvmbench.cli import app
 
-TVMBENCH = [sys.executable, "-c", "from orchestrator.cli import app; app()"]
+TVMBENCH = [sys.executable, "-c", "from tvmbench.cli import app; app()"]
 WILDCARDS = ("%", "_", "%%", "_" * 12)
 DONE_A, DONE_B, OPEN = "ab12cd34ef56", "ab12ff000001", "c0ffee000003"  # A and B share the prefix "ab12"
 BOARDS = ("host", "hostb", "arm64-emu")  # host@... and hostb@... share the prefix "host"
@@ -148,8 +148,8 @@ def test_results_list_and_show_take_no_wildcards(db: Db) -> None:
 
 
 def test_dashboard_job_and_sweep_routes_take_no_wildcards(db: Db) -> None:
-    from dashboard.server import open_readonly
     from tests.test_dashboard import get, running
+    from tvmbench.dashboard.server import open_readonly
 
     reader = open_readonly(db.url)
     try:

@@ -11,11 +11,11 @@ from pathlib import Path
 import onnx
 import pytest
 
-from answers import query as reads
 from orchestrator.farm import LocalFarm
 from orchestrator.scheduler import run_sweep
 from orchestrator.spec import load_spec
 from tests.conftest import write_sweep
+from tvmbench.answers import query as reads
 from workers import model_zoo
 from workers.artifacts import ArtifactCache
 from workers.sampling import STOP_CI, STOP_MAX_REPEAT, STOP_MAX_S
@@ -106,7 +106,7 @@ def test_adaptive_sampling_reaches_the_ci_and_memory_follows_the_intermediate(
             assert not any("governor" in w or "clock" in w for w in run["warnings"])
 
     # The answers show the new figures: list/best carry peak MB, query filters by it.
-    from answers import ranking
+    from tvmbench.answers import ranking
 
     rows = {r["model"]: r for r in reads.results(store, spec.sweep_id)}
     assert rows["outer_product"]["peak_mem_mb"] == pytest.approx(outer["peak_mem_mb"])

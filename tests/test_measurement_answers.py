@@ -7,8 +7,8 @@ import json
 
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
 from tests.synthetic import Result, add_sweep, noisy
+from tvmbench.cli import app
 
 runner = CliRunner()
 WARNING = "governor 'powersave' on cpu 0,1 (not 'performance'): clocks may change while timing"

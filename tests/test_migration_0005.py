@@ -13,9 +13,9 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import MetaData, inspect, select
 
-from answers import query as reads
-from core.records import Run
 from db.store import MIGRATIONS, ResultStore, make_engine
+from tvmbench.answers import query as reads
+from tvmbench.core.records import Run
 
 NEW_RUN_COLUMNS = {"warmup_runs", "stop_reason", "ci_rel", "sampling", "upload_bytes", "upload_s", "load_s"}
 NEW_RUN_COLUMNS |= {"first_ms", "phases", "peak_mem_mb", "memory", "board_state", "warnings"}

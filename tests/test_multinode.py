@@ -37,12 +37,12 @@ import onnx
 import pytest
 from sqlalchemy import select
 
-from answers import query as reads
 from db import models as m
 from db.store import ResultStore
 from orchestrator.farm import LocalFarm, free_port, wait_until
 from orchestrator.scheduler import measure_on_node
 from tests.conftest import write_sweep
+from tvmbench.answers import query as reads
 from workers import model_zoo
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]

@@ -8,11 +8,11 @@ from dataclasses import replace
 
 from sqlalchemy import select, update
 
-from answers import query as reads
-from core.pass_trace import CODEGEN, compact, compact_split, expand, pipeline_passes
 from db import models as m
 from db.store import ResultStore
 from tests.test_store_backends import TVM, begin, make_jobs, ok_build
+from tvmbench.answers import query as reads
+from tvmbench.core.pass_trace import CODEGEN, compact, compact_split, expand, pipeline_passes
 
 RELAX = ["_pipeline", "sequential", "LegalizeOps", "FuseOps", "FuseTIR", "VMShapeLower", "tirx.BindTarget"]
 TIR = ["_pipeline", "sequential", *(f"s_tir.P{i}" for i in range(55)), "s_tir.ThreadSync", "s_tir.ThreadSync"]

@@ -58,7 +58,7 @@ def test_measure_settings_change_job_key_but_not_build_key(models_dir: Path) -> 
 
 def test_job_keys_are_the_canonical_hashes_of_their_configuration(models_dir: Path) -> None:
     """Keys are computed from cached parts (10,000-job plans): they must stay the documented hashes."""
-    from core.records import canonical_hash
+    from tvmbench.core.records import canonical_hash
 
     text = (
         f"[[models]]\npath = '{models_dir}/tiny_cnn.onnx'\n[[targets]]\npreset = 'host'\n[[targets]]\n"

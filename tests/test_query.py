@@ -6,9 +6,9 @@ from datetime import timedelta
 
 import pytest
 
-from answers import query as q
-from answers import ranking, regressions
 from tests.synthetic import T0, Result, add_sweep, noisy, row_by
+from tvmbench.answers import query as q
+from tvmbench.answers import ranking, regressions
 
 
 @pytest.fixture

@@ -19,11 +19,11 @@ import pytest
 from typer.testing import CliRunner
 
 from db.store import ResultStore
-from orchestrator.cli import app
 from tests.conftest import write_sweep
 from tests.synthetic import Result, add_sweep, noisy
+from tvmbench.cli import app
 
-TVMBENCH = [sys.executable, "-c", "from orchestrator.cli import app; app()"]
+TVMBENCH = [sys.executable, "-c", "from tvmbench.cli import app; app()"]
 SWEEP = "syn00000001"
 READS = [
     ("results", "sweeps"),

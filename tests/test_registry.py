@@ -53,7 +53,7 @@ def test_claims_give_each_program_one_compiler() -> None:
 def test_onnx_import_is_cached_per_model_and_signature(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import hashlib
 
-    from core.records import Job, ModelRef
+    from tvmbench.core.records import Job, ModelRef
     from workers import model_zoo
     from workers.build_common import build_identity
     from workers.executors import relax_vm

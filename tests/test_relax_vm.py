@@ -8,9 +8,9 @@ from pathlib import Path
 import onnx
 import pytest
 
-from core.records import Job
 from orchestrator.plan import plan_jobs
 from orchestrator.spec import parse_spec
+from tvmbench.core.records import Job
 from workers.executors.registry import build_job
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
 from tests.synthetic import T0, Result, add_sweep, noisy
+from tvmbench.cli import app
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -73,7 +73,7 @@ def test_report_of_unknown_sweep_fails_cleanly(store, tmp_path: Path) -> None:  
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian chromium (scripts/setup.sh --system)")
 def test_report_renders_in_headless_chromium(report_db, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from answers.html_report import write_report
+    from tvmbench.answers.html_report import write_report
 
     out = tmp_path / "report.html"
     written = write_report(report_db, "rep", out)

@@ -12,9 +12,9 @@ from dataclasses import asdict, replace
 import numpy as np
 import pytest
 
-from core.records import Job, MeasureSettings, ModelRef, TargetSpec, canonical_hash
-from core.stats import median_ci, relative_half_width
 from orchestrator.spec import SpecError, parse_spec
+from tvmbench.core.records import Job, MeasureSettings, ModelRef, TargetSpec, canonical_hash
+from tvmbench.core.stats import median_ci, relative_half_width
 from workers.sampling import (
     STOP_CI,
     STOP_MAX_REPEAT,

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from answers import regressions, stats
 from tests.synthetic import noisy
+from tvmbench.answers import regressions, stats
 
 
 def test_median_ci_contains_median_and_is_seeded() -> None:

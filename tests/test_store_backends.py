@@ -12,10 +12,10 @@ from dataclasses import replace
 import pytest
 from sqlalchemy import func, select
 
-from answers import query as reads
-from core.records import Build, Job, MeasureSettings, ModelRef, Run
 from db import models as m
 from db.store import ResultStore
+from tvmbench.answers import query as reads
+from tvmbench.core.records import Build, Job, MeasureSettings, ModelRef, Run
 from workers.targets import PRESETS
 
 TVM = "0.27.test"
@@ -266,7 +266,7 @@ def test_concurrent_writers_make_one_sweep(db_url: str) -> None:
 def test_db_upgrade_command(db_url: str) -> None:
     from typer.testing import CliRunner
 
-    from orchestrator.cli import app
+    from tvmbench.cli import app
 
     result = CliRunner().invoke(app, ["db", "upgrade", "--db", db_url])
     assert result.exit_code == 0, result.output

@@ -12,11 +12,11 @@ import onnx
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator.cli import app
 from orchestrator.spec import load_spec
 from orchestrator.submit import SubmitError, entrypoint, stage_sweep
 from tests.conftest import write_sweep
 from tests.test_store_backends import begin, make_jobs, ok_run
+from tvmbench.cli import app
 from workers import model_zoo
 
 runner = CliRunner()

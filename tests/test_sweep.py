@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from answers import query as reads
 from db import models as m
 from db.store import ResultStore
 from orchestrator import scheduler
@@ -17,6 +16,7 @@ from orchestrator.farm import LocalFarm
 from orchestrator.scheduler import run_sweep
 from orchestrator.spec import load_spec
 from tests.conftest import write_sweep
+from tvmbench.answers import query as reads
 from workers.artifacts import ArtifactCache
 
 SWEEP = """

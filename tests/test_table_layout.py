@@ -1,4 +1,4 @@
-"""answers/table.py without a database: columns dropped whole by priority, the footer, ids, widths (milliseconds)."""
+"""tvmbench/answers/table.py without a database: columns dropped by priority, the footer, ids, widths (ms)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import re
 import pytest
 from rich.console import Console
 
-from answers import columns
-from answers.table import Column, ColumnError, Options, id_length, layout, render
+from tvmbench.answers import columns
+from tvmbench.answers.table import Column, ColumnError, Options, id_length, layout, render
 
 COLS = [
     Column("job", "job", "job_key", priority=0, ident=True),

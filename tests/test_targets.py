@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from answers import query as reads
-from core.records import Job, ModelRef
-from orchestrator.cli import app
 from orchestrator.scheduler import run_sweep
 from orchestrator.spec import load_spec, parse_spec
 from tests.conftest import write_sweep
+from tvmbench.answers import query as reads
+from tvmbench.cli import app
+from tvmbench.core.records import Job, ModelRef
 from workers.artifacts import ArtifactCache, elf_arch
 from workers.executors.registry import build_job
 from workers.onnx_model import load_model

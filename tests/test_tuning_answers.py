@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from answers import query, ranking
-from core.records import Build, Job, MeasureSettings, ModelRef
 from db.store import ResultStore
-from orchestrator.cli import app
 from tests.synthetic import Result, add_sweep, noisy, row_by
+from tvmbench.answers import query, ranking
+from tvmbench.cli import app
+from tvmbench.core.records import Build, Job, MeasureSettings, ModelRef
 from workers.targets import PRESETS
 
 

@@ -14,13 +14,13 @@ import onnx
 import pytest
 from sqlalchemy import select
 
-from answers import query
 from db import models as m
 from db.store import ResultStore
 from orchestrator.farm import LocalFarm
 from orchestrator.scheduler import run_sweep
 from orchestrator.spec import load_spec
 from tests.conftest import write_sweep
+from tvmbench.answers import query
 from workers import model_zoo
 from workers.artifacts import ArtifactCache
 

@@ -17,17 +17,17 @@ import pytest
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from answers import query
-from answers.compare import _verdict
-from answers.stats import mann_whitney_p, ratio_ci
 from db import models as m
 from db.store import ResultStore
-from orchestrator.cli import app
 from orchestrator.farm import LocalFarm, stop_pid, wait_until
 from orchestrator.plan import plan_jobs
 from orchestrator.scheduler import run_sweep
 from orchestrator.spec import load_spec
 from tests.conftest import write_sweep
+from tvmbench.answers import query
+from tvmbench.answers.compare import _verdict
+from tvmbench.answers.stats import mann_whitney_p, ratio_ci
+from tvmbench.cli import app
 from workers import model_zoo
 from workers.artifacts import ArtifactCache
 

@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 
 from db import models as m
 from db.store import MIGRATIONS, ResultStore
-from orchestrator.cli import app
 from tests.ms_inprocess import TARGET, InProcessBuilder, InProcessRunner, matmul_module
+from tvmbench.cli import app
 from workers.tuning.database import SqlTuningDatabase, trials_covered, workload_hash
 from workers.tuning.preload import preload_tensor_intrin
 

@@ -9,11 +9,11 @@ import onnx
 import pytest
 from typer.testing import CliRunner
 
-from core.records import Job
-from orchestrator.cli import app
 from orchestrator.plan import plan_jobs
 from orchestrator.spec import SpecError, parse_spec
 from tests.conftest import write_sweep
+from tvmbench.cli import app
+from tvmbench.core.records import Job
 from workers import model_zoo
 from workers.fence import _HostFenceState
 from workers.tuning.tasks import MIN_TASK_TRIALS, TaskInfo, allocate, profile_shares
@@ -76,7 +76,7 @@ def test_untuned_jobs_keep_their_keys_and_tuned_ones_differ(tmp_path: Path) -> N
     other_seed = plan_jobs(_spec(tmp_path, "[axes]\ntuning = [64]\n[tuning]\nseed = 7\n"))[0]
     assert other_seed.build_key("v") != tuned.build_key("v")
     # The fast keys equal the documented hashes of build_config() (a tuned key must never be an untuned one's).
-    from core.records import canonical_hash
+    from tvmbench.core.records import canonical_hash
 
     for job in (tuned, other_seed):
         assert job.build_key("v") == canonical_hash({**job.build_config(), "tvm": "v"})

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from answers.query import Filters
     from db.store import ResultStore
+    from tvmbench.answers.query import Filters
 
 ProgressFn = Callable[[str, dict[str, int]], None]
 
@@ -29,7 +29,7 @@ ProgressFn = Callable[[str, dict[str, int]], None]
 def _frame(rows: builtins.list[dict[str, Any]]) -> pd.DataFrame:
     import pandas as pd
 
-    from answers.analysis_views import records
+    from tvmbench.answers.analysis_views import records
 
     return pd.DataFrame(records(rows))
 
@@ -87,10 +87,10 @@ def run(
     and stopped here, with ``boards`` host boards). ``ray_address``: a Ray cluster (default: a local
     instance). ``progress(event, counts)`` is called as builds and measurements finish.
     """
-    from answers.query import results
     from db.store import ResultStore, ensure_home
     from orchestrator import scheduler
     from orchestrator.spec import load_spec
+    from tvmbench.answers.query import results
 
     spec = load_spec(path, label=label)
     store = ResultStore(db)
@@ -111,26 +111,26 @@ class Results:
 
     def sweeps(self) -> pd.DataFrame:
         """The sweeps, newest first, with their progress (what `results sweeps` prints)."""
-        from answers.query import sweeps_overview
+        from tvmbench.answers.query import sweeps_overview
 
         return _frame(sweeps_overview(self.store))
 
     def list(self, sweep: str | None = None) -> pd.DataFrame:
         """One row per job of ``sweep`` (id, prefix or label; default: every sweep)."""
-        from answers.query import results
+        from tvmbench.answers.query import results
 
         return _frame(results(self.store, sweep))
 
     def query(self, *, limit: int | None = None, **filters: Any) -> pd.DataFrame:
         """Every result matching ``filters``: sweep, model, target, board, executor, opt_level, pipeline, status,
         since, until (datetimes or ISO strings), max_memory_mb."""
-        from answers.query import query
+        from tvmbench.answers.query import query
 
         return query(self.store, _filters(filters), limit=limit)
 
     def best(self, *, confidence: float = 0.95, metric: str = "steady", **filters: Any) -> pd.DataFrame:
         """Per (model, board): the fastest correct configuration with its CI and speed-ups (`results best`)."""
-        from answers.ranking import best
+        from tvmbench.answers.ranking import best
 
         return _frame(best(self.store, _filters(filters), confidence=confidence, metric=metric))
 
@@ -139,7 +139,7 @@ class Results:
 
         The summary line (geometric mean, counts) is in ``DataFrame.attrs["summary"]``.
         """
-        from answers.compare import compare
+        from tvmbench.answers.compare import compare
 
         result = compare(self.store, a, b, threshold=threshold, alpha=alpha)
         df = _frame(result.rows)
@@ -151,7 +151,7 @@ class Results:
         ones before it; the configuration itself is in ``DataFrame.attrs``."""
         import pandas as pd
 
-        from answers.regressions import Params, history
+        from tvmbench.answers.regressions import Params, history
 
         data = history(self.store, job, method=method, params=Params(lookback=lookback))
         df = pd.DataFrame(data.pop("points"))
@@ -166,7 +166,7 @@ def open(db: str | None = None) -> Results:
 
 def _filters(given: dict[str, Any]) -> Filters:
     """Keyword filters as `query.Filters`; an unknown name is a TypeError naming it and the valid ones."""
-    from answers.query import Filters
+    from tvmbench.answers.query import Filters
 
     valid = set(Filters.__dataclass_fields__)
     unknown = sorted(set(given) - valid)

@@ -19,9 +19,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from core.errors import one_line
-from core.health import GoldenModel
-from core.records import Build, Job, Run
+from tvmbench.core.errors import one_line
+from tvmbench.core.health import GoldenModel
+from tvmbench.core.records import Build, Job, Run
 from workers.artifacts import arch_compatible
 from workers.reference import compare
 from workers.targets import presets_for

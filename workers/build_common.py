@@ -8,7 +8,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from core.records import Job
+from tvmbench.core.records import Job
 
 
 @functools.cache

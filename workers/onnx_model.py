@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from core.errors import describe_missing
+from tvmbench.core.errors import describe_missing
 
 BUNDLED_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 

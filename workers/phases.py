@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.errors import one_line
+from tvmbench.core.errors import one_line
 from workers.board_state import assess
 from workers.sampling import Sampled
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from core.records import Job, canonical_hash
+from tvmbench.core.records import Job, canonical_hash
 
 # A Builder's hook: (reuse key, this build's key) -> the build key that builds that program, or None
 # when this build is the one to compile it.

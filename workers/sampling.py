@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.stats import Interval, median_ci, relative_half_width
+from tvmbench.core.stats import Interval, median_ci, relative_half_width
 
 STOP_CI = "ci-reached"
 STOP_MAX_REPEAT = "max-repeat"

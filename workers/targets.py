@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform
 from typing import Any
 
-from core.records import TargetSpec
+from tvmbench.core.records import TargetSpec
 from workers.aot.boards import BOARDS, target_dict
 
 _MACHINE_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}

@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from core.errors import one_line
-from core.records import Build, Job, Run, TargetSpec, canonical_hash
+from tvmbench.core.errors import one_line
+from tvmbench.core.records import Build, Job, Run, TargetSpec, canonical_hash
 from workers.aot import AotUnsupported
 from workers.aot.boards import board_for_target, is_mcu_target
 from workers.aot.build import build_firmware, pack_artifact, unpack_artifact

@@ -12,8 +12,8 @@ from typing import Protocol
 
 import numpy as np
 
-from core.health import GoldenModel
-from core.records import Build, Job, Run, TargetSpec
+from tvmbench.core.health import GoldenModel
+from tvmbench.core.records import Build, Job, Run, TargetSpec
 from workers.aot.boards import is_mcu_target
 from workers.program_index import ClaimFn
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from core.records import Build, Job, Run, canonical_hash
+from tvmbench.core.records import Build, Job, Run, canonical_hash
 from workers.board_session import Attempt, SessionRunner, check_outputs, ok_run
 from workers.build_common import build_identity
 from workers.executors.base import Executor, not_mcu

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.records import Build, Job, Run, TargetSpec
+from tvmbench.core.records import Build, Job, Run, TargetSpec
 from workers.executors import aot_c, onnxruntime, relax_vm
 from workers.executors.base import Executor
 from workers.program_index import ClaimFn

@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import one_line
-from core.health import GoldenModel
-from core.records import Build, Job, Run, canonical_hash
+from tvmbench.core.errors import one_line
+from tvmbench.core.health import GoldenModel
+from tvmbench.core.records import Build, Job, Run, canonical_hash
 from workers.artifacts import elf_arch
 from workers.board_session import Attempt, SessionRunner, check_outputs, ok_run
 from workers.build_common import build_identity, make_target, pass_trace_instrument

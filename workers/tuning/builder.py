@@ -145,7 +145,7 @@ class RayBuilder(PyBuilder):
             try:
                 data = ray.get(ref)
             except Exception as exc:  # the compiler refused the schedule: a failed trial, not a failed job
-                from core.errors import one_line
+                from tvmbench.core.errors import one_line
 
                 results.append(self._failed("build", one_line(exc)))
                 continue

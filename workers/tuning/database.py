@@ -22,7 +22,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import MemoryDatabase, PyDatabase, TuningRecord, Workload
 from tvm.s_tir.meta_schedule.database.database import _PyDatabase
 
-from core.records import TuningScope
+from tvmbench.core.records import TuningScope
 
 if TYPE_CHECKING:
     from tvm.ir import IRModule

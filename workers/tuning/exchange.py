@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.errors import describe_missing
-from core.records import TuningScope
+from tvmbench.core.errors import describe_missing
+from tvmbench.core.records import TuningScope
 from workers.tuning.database import MODULE_EQUALITIES, SqlTuningDatabase, canonical_target, installed_tvm_version
 from workers.tuning.json_files import JsonFileError, read_records, read_workloads
 

@@ -27,7 +27,7 @@ from typing import Any
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerFuture, RunnerInput, RunnerResult
 
-from core.health import QUARANTINE_AFTER  # the farm's rule, applied within one tuning run
+from tvmbench.core.health import QUARANTINE_AFTER  # the farm's rule, applied within one tuning run
 from workers.tuning.stats import TuningStats
 
 
@@ -114,7 +114,7 @@ class FarmRunner(PyRunner):
     def _run_one(
         self, artifact_path: str, device_type: str, args_info: list[Any]
     ) -> tuple[list[float] | None, str | None]:
-        from core.errors import one_line
+        from tvmbench.core.errors import one_line
         from workers.board_session import classify
         from workers.fence import Fence
         from workers.tracker_client import DeviceUnavailable, NoBoardRegistered, request_session

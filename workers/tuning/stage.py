@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.records import Job, TuningSettings
+from tvmbench.core.records import Job, TuningSettings
 from workers.tuning.stats import MAX_ERRORS, TuningStats
 from workers.tuning.tasks import allocate, extract, profile_shares, split_pipeline
 
@@ -156,7 +156,7 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
-    from core.errors import one_line
+    from tvmbench.core.errors import one_line
     from workers.tuning.builder import RayBuilder
     from workers.tuning.preload import preload_tensor_intrin
     from workers.tuning.progress import ProgressReporter

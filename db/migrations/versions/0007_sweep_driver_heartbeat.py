@@ -17,7 +17,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    # Nullable: sweeps recorded before have no driver facts and keep the status they show (core/liveness.py).
+    # Nullable: sweeps recorded before have no driver facts and keep the status they show (tvmbench/core/liveness.py).
     with op.batch_alter_table("sweeps", schema=None) as batch_op:
         batch_op.add_column(sa.Column("driver_host", sa.String(200), nullable=True))
         batch_op.add_column(sa.Column("driver_pid", sa.Integer(), nullable=True))

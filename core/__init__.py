@@ -1,4 +1,0 @@
-"""The neutral core: records passed between stages, the one error summariser, the board-health rule.
-
-db/, workers/, orchestrator/ and answers/ all import this package; it imports none of them.
-"""

@@ -1,0 +1,1 @@
+"""Reads for people: result rows, rankings, comparisons, regressions, reports, each a DataFrame or rows."""

@@ -1,0 +1,159 @@
+"""Terminal and file output of the analysis commands (rankings, comparisons, regressions, frames)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.text import Text
+
+from tvmbench.answers import columns as cols
+from tvmbench.answers import table
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from tvmbench.answers.compare import Comparison
+
+
+def fmt(value: Any, digits: int = 4) -> str:
+    """A cell: '-' for missing, short floats."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    return value
+
+
+def records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with NaN as null and datetimes as ISO strings, ready for json.dumps."""
+    return [{k: _jsonable(v) for k, v in r.items()} for r in rows]
+
+
+def comparison_json(result: Comparison) -> dict[str, Any]:
+    """What `results compare --json` prints (NaN as null): the summary, the geomean and every matched row."""
+    return {
+        "sweep_a": result.sweep_a,
+        "sweep_b": result.sweep_b,
+        "summary": result.summary(),
+        "geomean_ratio": _jsonable(result.geomean_ratio),
+        "only_a": result.only_a,
+        "only_b": result.only_b,
+        "rows": records(result.rows),
+    }
+
+
+def write_frame(console: Console, df: pd.DataFrame, title: str, fmt_name: str) -> None:
+    """A DataFrame as a table, JSON records or CSV on stdout."""
+    if fmt_name == "csv":
+        df.to_csv(sys.stdout, index=False)
+    elif fmt_name == "json":
+        sys.stdout.write(json.dumps(records(df.to_dict("records")), indent=2, default=str) + "\n")
+    else:
+        table_rows(console, df.to_dict("records"), title)
+
+
+def table_rows(
+    console: Console,
+    rows: list[dict[str, Any]],
+    title: str,
+    columns: list[str] | None = None,
+    priority: dict[str, int] | None = None,
+) -> None:
+    """Rows whose keys vary (frames, regressions, history) as a table of the ``columns`` keys (default: all).
+
+    Args:
+        priority: column key -> priority, over answers.columns.GENERIC_PRIORITY.
+    """
+    if not rows:
+        console.print(f"{title}: nothing to show")
+        return
+    keys = columns or list(rows[0])
+    table.render(console, cols.generic(keys, rows, priority), rows, title)
+
+
+def print_best(console: Console, rows: list[dict[str, Any]], confidence: float, metric: str = "steady") -> None:
+    if not rows:
+        console.print("no ok results to rank (only jobs whose outputs passed the check compete)")
+        return
+    label = f"{confidence * 100:.0f}% CI" if metric == "steady" else "first inference"
+    title = "fastest correct configuration per (model, board)" + (", by first inference" if metric == "first" else "")
+    table.render(console, cols.best(label), rows, title)
+    for r in rows:
+        style = "yellow" if r["uncertain"] else "green"
+        head = f"{r['model']} on {r['board_key']} ({r['unit']}):"
+        console.print(Text.assemble((head, style), " ", r["verdict"]), highlight=False)
+        for who in ("best", "runner_up"):
+            for w in r.get(f"{who}_warnings") or []:
+                name = r["best"] if who == "best" else r["runner_up"]
+                console.print(Text.assemble("  ", ("warning", "red"), f" ({name}): {w}"), highlight=False)
+    if any(r["emulated"] for r in rows):
+        console.print("emulated timings measure the emulator, not the hardware: they are ranked only among themselves")
+
+
+def print_compare(console: Console, result: Comparison, show_all: bool) -> None:
+    rows = result.rows if show_all else [r for r in result.rows if r["verdict"] != "same"]
+    shown = None
+    if rows:
+        shown = table.render(console, cols.COMPARE, rows, f"compare {result.sweep_a} (A) -> {result.sweep_b} (B)")
+    elif result.rows:
+        console.print("no job changed beyond the threshold and the noise (--all lists them all)")
+
+    def job(key: str) -> str:
+        return shown.id("job", key) if shown else table.short_id(key)
+
+    for r in rows:
+        for side in ("a", "b"):
+            for w in r.get(f"warnings_{side}") or []:
+                line = Text.assemble("  ", ("warning", "red"), f" {job(r['job_key'])} {side.upper()}: {w}")
+                console.print(line, highlight=False)
+    console.print(result.summary(), highlight=False)
+
+
+def print_regressions(console: Console, rows: list[dict[str, Any]], method: str) -> None:
+    if not rows:
+        console.print(f"no regressions ({method}): every latest result is within its history's noise")
+        return
+    cols = [
+        "job_key",
+        "model",
+        "board_key",
+        "executor",
+        "opt_level",
+        "pipeline",
+        "unit",
+        "latest",
+        "baseline",
+        "ratio",
+        "score",
+        "history",
+        "sweep_id",
+        "tvm_version",
+        "baseline_tvm_version",
+        "regressed",
+        "note",
+    ]
+    table_rows(console, rows, f"results slower than their history ({method})", cols)
+
+
+def print_kernels(console: Console, kernels: list[tuple[str, float]] | None, top: int) -> None:
+    if kernels is None:
+        console.print("  kernel profile: not recorded for this run")
+        return
+    total = sum(ms for _, ms in kernels) or 1.0
+    console.print(f"  top {min(top, len(kernels))} of {len(kernels)} kernels by time:")
+    for name, ms in kernels[:top]:
+        console.print(f"    {ms:10.4f} ms  {ms / total * 100:5.1f}%  {name}", highlight=False)

@@ -1,0 +1,379 @@
+"""`tvmbench report`: one self-contained HTML page per sweep, plots embedded as base64 PNG.
+
+Plots are drawn with matplotlib's Agg backend (no display needed). Each latency plot is one (model,
+board key, unit, emulated) group, so emulated and real timings never share an axis.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tvmbench.answers import query as q
+from tvmbench.answers import ranking, regressions
+from tvmbench.answers import tuning as tuning_answers
+from tvmbench.answers.stats import median_ci
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from db.store import ResultStore
+
+# Written into the page so a headless browser (and a reader) can see that every plot decoded.
+_RENDER_CHECK = """<script>
+window.addEventListener('load', function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
+  var el = document.getElementById('render-check');
+  el.setAttribute('data-images', String(imgs.length));
+  el.setAttribute('data-rendered', String(ok));
+  el.textContent = ok + ' of ' + imgs.length + ' plot(s) rendered';
+});
+</script>"""
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:90%}th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}
+th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.uncertain{color:#a60}.bad{color:#b00}.good{color:#070}img{max-width:100%;border:1px solid #eee;margin:.5em 0}
+.muted{color:#777}"""
+
+
+@dataclass
+class Written:
+    html: Path
+    plots: int
+    pngs: list[Path] = field(default_factory=list)
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def _slug(*parts: Any) -> str:
+    text = "-".join(str(p) for p in parts)
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+
+
+def latency_figure(group: pd.DataFrame, model: str, board_key: str, unit: str, emulated: bool) -> Figure:
+    """Grouped bars: executor on x, one bar per opt_level/pipeline, median with its 95% bootstrap CI."""
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    group = group.sort_values(["executor", "opt_level", "pipeline"])
+    executors = list(dict.fromkeys(group["executor"]))
+    variants = list(dict.fromkeys(zip(group["opt_level"], group["pipeline"], strict=True)))
+    multi_pipeline = len({p for _, p in variants}) > 1
+    fig = Figure(figsize=(max(6.0, 1.6 * len(executors) * max(1, len(variants)) ** 0.5 + 3), 4.2))
+    ax = fig.add_subplot()
+    width = 0.8 / max(1, len(variants))
+    x = np.arange(len(executors))
+    for i, (opt, pipe) in enumerate(variants):
+        heights, lo_err, hi_err, xs = [], [], [], []
+        for j, ex in enumerate(executors):
+            sel = group[(group["executor"] == ex) & (group["opt_level"] == opt) & (group["pipeline"] == pipe)]
+            if sel.empty:
+                continue
+            row = sel.iloc[0]
+            ci = median_ci(row["samples"])
+            med = float(row["median"])
+            xs.append(x[j] + (i - (len(variants) - 1) / 2) * width)
+            heights.append(med)
+            lo_err.append(max(0.0, med - ci.lo) if ci.lo == ci.lo else 0.0)
+            hi_err.append(max(0.0, ci.hi - med) if ci.hi == ci.hi else 0.0)
+        label = f"opt_level {opt}" + (f", {pipe}" if multi_pipeline else "")
+        ax.bar(xs, heights, width, yerr=[lo_err, hi_err], capsize=4, label=label)
+    ax.set_xticks(x, executors)
+    ax.set_xlabel("executor\n(bars: median of the samples; whiskers: 95% bootstrap confidence interval)")
+    ax.set_ylabel(f"median latency ({unit})" + (" — emulated" if emulated else ""))
+    title = f"{model} on {board_key}" + ("\nemulated board: emulator time, not hardware time" if emulated else "")
+    ax.set_title(title)
+    ax.legend(title="build", fontsize="small")
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_ylim(bottom=0)
+    return fig
+
+
+def trials_figure(
+    group: pd.DataFrame, model: str, board_key: str, unit: str, emulated: bool, onnxruntime: float | None
+) -> Figure:
+    """Latency against MetaSchedule trials: one line per configuration, 0 trials = untuned, ORT dashed."""
+    from matplotlib.figure import Figure
+
+    from tvmbench.answers.tuning import is_tuned
+
+    fig = Figure(figsize=(6.5, 4.2))
+    ax = fig.add_subplot()
+    work = group.assign(_trials=[int(b) if is_tuned(b) else 0 for b in group["tuning_budget"]])
+    for (executor, opt, pipe), line in work.groupby(["executor", "opt_level", "pipeline"], sort=True):
+        line = line.sort_values("_trials")
+        xs, meds, lo_err, hi_err = [], [], [], []
+        for row in line.to_dict("records"):
+            ci = median_ci(row["samples"])
+            med = float(row["median"])
+            xs.append(row["_trials"])
+            meds.append(med)
+            lo_err.append(max(0.0, med - ci.lo) if ci.lo == ci.lo else 0.0)
+            hi_err.append(max(0.0, ci.hi - med) if ci.hi == ci.hi else 0.0)
+        ax.errorbar(xs, meds, yerr=[lo_err, hi_err], marker="o", capsize=4, label=f"{executor} O{opt} {pipe}")
+    if onnxruntime is not None:
+        ax.axhline(onnxruntime, linestyle="--", color="#555", label="onnxruntime")
+    ax.set_xlabel("MetaSchedule trials (the tuning budget; 0 = untuned)\n(points: median; whiskers: 95% bootstrap CI)")
+    ax.set_ylabel(f"median latency ({unit})" + (" — emulated" if emulated else ""))
+    ax.set_title(f"{model} on {board_key}: latency against tuning trials")
+    ax.set_yscale("log")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def failures_figure(statuses: Counter) -> Figure:
+    """Horizontal bars: jobs per failure kind."""
+    from matplotlib.figure import Figure
+
+    kinds = sorted(statuses, key=lambda k: (-statuses[k], k))
+    fig = Figure(figsize=(6.5, 0.5 * len(kinds) + 1.5))
+    ax = fig.add_subplot()
+    ax.barh(kinds, [statuses[k] for k in kinds], color="#c44")
+    ax.invert_yaxis()
+    ax.set_xlabel("jobs")
+    ax.set_ylabel("failure kind")
+    ax.set_title("failed jobs by kind")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    return fig
+
+
+def _table(rows: list[dict[str, Any]], columns: list[tuple[str, str]], row_class: Any = None) -> str:
+    if not rows:
+        return "<p class='muted'>none</p>"
+    head = "".join(f"<th>{html.escape(title)}</th>" for _, title in columns)
+    body = []
+    for r in rows:
+        cls = row_class(r) if row_class else ""
+        cells = []
+        for key, _ in columns:
+            v = r.get(key)
+            if isinstance(v, float):
+                cells.append(f"<td class='num'>{'-' if v != v else f'{v:.4g}'}</td>")
+            else:
+                cells.append(f"<td>{html.escape('-' if v is None else str(v))}</td>")
+        body.append(f"<tr class='{cls}'>{''.join(cells)}</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One plot of a sweep: a file-name stem, its caption and the PNG."""
+
+    stem: str
+    caption: str
+    png: bytes
+
+
+NOT_FAILED = ("ok", "pending", "pending-device")
+
+
+def sweep_frame(store: ResultStore, sweep_id: str) -> pd.DataFrame:
+    """The sweep's jobs with their samples, as the report and the dashboard plot them."""
+    return q.query(store, q.Filters(sweep=sweep_id), with_samples=True)
+
+
+@dataclass(frozen=True)
+class PlotSpec:
+    """A plot of a sweep before it is drawn: ``draw()`` makes the figure (the slow part)."""
+
+    stem: str
+    caption: str
+    draw: Callable[[], Figure]
+
+
+def plot_specs(df: pd.DataFrame) -> list[PlotSpec]:
+    """The report's plots of a sweep frame (``sweep_frame``), undrawn: latency per (model, board, unit,
+    emulated), then failures by kind. Cheap: a page can list them and draw each one when it is asked for."""
+    ok = df[(df["status"] == "ok") & df["median"].notna()]
+    specs: list[PlotSpec] = []
+    for (model, board_key, unit, emulated), group in ok.groupby(ranking.RANK_KEYS, sort=True):
+        caption = f"Latency of {model} on {board_key} ({unit}{', emulated' if emulated else ''})"
+        stem = _slug("latency", model, board_key, unit, "emu" if emulated else "hw")
+        specs.append(PlotSpec(stem, caption, partial(latency_figure, group, model, board_key, unit, bool(emulated))))
+    for (model, board_key, unit, emulated), group in ok.groupby(ranking.RANK_KEYS, sort=True):
+        contenders = group[group["executor"] != ranking.BASELINE_EXECUTOR]
+        if not any(tuning_answers.is_tuned(b) for b in contenders["tuning_budget"]):
+            continue
+        ort_rows = group[group["executor"] == ranking.BASELINE_EXECUTOR]["median"]
+        ort = float(ort_rows.min()) if len(ort_rows) else None
+        caption = f"Latency of {model} on {board_key} against MetaSchedule trials ({unit})"
+        stem = _slug("trials", model, board_key, unit, "emu" if emulated else "hw")
+        draw = partial(trials_figure, contenders, model, board_key, unit, bool(emulated), ort)
+        specs.append(PlotSpec(stem, caption, draw))
+    failed = Counter(s for s in df["status"] if s not in NOT_FAILED)
+    if failed:
+        specs.append(PlotSpec("failures", "Failed jobs by kind", partial(failures_figure, failed)))
+    return specs
+
+
+def sweep_plots(df: pd.DataFrame) -> list[Plot]:
+    """Every plot of ``plot_specs`` drawn as PNG."""
+    return [Plot(spec.stem, spec.caption, _png(spec.draw())) for spec in plot_specs(df)]
+
+
+def failure_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The failed jobs of a sweep frame, each with the first line of its error (at most 300 characters)."""
+    return [
+        {**r, "job_key": r["job_key"][:12], "error": r["error"].splitlines()[0][:300] if r["error"] else ""}
+        for r in df[~df["status"].isin(NOT_FAILED)].to_dict("records")
+    ]
+
+
+def failures_by_kind(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Failed jobs grouped by kind (most first), and within a kind by the first line of their error.
+
+    [{"kind", "count", "messages": [{"message", "count", "jobs": [{job_key, model, ..., "error"}]}]}]: ten
+    jobs that failed the same way read as one message, each job keeping its full error.
+    """
+    failed = df[~df["status"].isin(NOT_FAILED)]
+    groups: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for r in failed.to_dict("records"):
+        first_line = (r["error"] or "").strip().splitlines()[0] if (r["error"] or "").strip() else "(no message)"
+        job = {k: r[k] for k in ("job_key", "model", "target", "board_key", "executor", "opt_level", "pipeline")}
+        groups.setdefault(r["status"], {}).setdefault(first_line, []).append({**job, "error": r["error"]})
+    out = []
+    for kind, messages in groups.items():
+        listed = [{"message": msg, "count": len(jobs), "jobs": jobs} for msg, jobs in messages.items()]
+        listed.sort(key=lambda x: -x["count"])
+        out.append({"kind": kind, "count": sum(x["count"] for x in listed), "messages": listed})
+    out.sort(key=lambda x: (-x["count"], x["kind"]))
+    return out
+
+
+def write_report(store: ResultStore, sweep_ref: str, out: Path, *, png_dir: Path | None = None) -> Written:
+    """Write the report of sweep ``sweep_ref`` to ``out`` (and each plot to ``png_dir`` if given)."""
+    sweep = q.resolve_sweep(store, sweep_ref)
+    df = sweep_frame(store, sweep.id)
+    plots = [(p.stem, p.caption, p.png) for p in sweep_plots(df)]
+    ranked = ranking.best(store, q.Filters(sweep=sweep.id))
+    slow = regressions.find(store, q.Filters(sweep=sweep.id))
+    failures = failure_rows(df)
+    written = Written(out, len(plots))
+    if png_dir is not None:
+        png_dir.mkdir(parents=True, exist_ok=True)
+        for stem, _, data in plots:
+            path = png_dir / f"{stem}.png"
+            path.write_bytes(data)
+            written.pngs.append(path)
+
+    counts = Counter(df["status"])
+    status_line = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    figures = "".join(
+        f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{base64.b64encode(data).decode()}'>"
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+        for _, caption, data in plots
+    )
+    ranking_html = _table(
+        ranked,
+        [
+            ("model", "model"),
+            ("board_key", "board"),
+            ("unit", "unit"),
+            ("verdict", "verdict"),
+            ("best_median", "best median"),
+            ("best_lo", "CI low"),
+            ("best_hi", "CI high"),
+            ("runner_up", "runner-up"),
+            ("runner_up_median", "runner-up median"),
+            ("speedup_vs_slowest", "× vs slowest"),
+            ("speedup_vs_onnxruntime", "× vs onnxruntime"),
+        ],
+        lambda r: "uncertain" if r["uncertain"] else "",
+    )
+    tuned_rows = [
+        {"model": r["model"], "board_key": r["board_key"], **e} for r in ranked for e in r.get("tuning") or []
+    ]
+    tuning_html = _table(
+        tuned_rows,
+        [
+            ("model", "model"),
+            ("board_key", "board"),
+            ("config", "configuration"),
+            ("tuning_budget", "budget"),
+            ("tuning_trials", "trials run"),
+            ("median", "median"),
+            ("speedup_vs_onnxruntime", "× vs onnxruntime"),
+            ("untuned_median", "untuned median"),
+            ("speedup_vs_untuned", "× vs untuned"),
+            ("tuning_minutes", "tuning min"),
+            ("tuning_min_per_speedup", "min per × gained"),
+        ],
+    )
+    regressions_html = _table(
+        slow,
+        [
+            ("model", "model"),
+            ("board_key", "board"),
+            ("executor", "executor"),
+            ("opt_level", "opt_level"),
+            ("pipeline", "pipeline"),
+            ("latest", "latest"),
+            ("baseline", "baseline"),
+            ("ratio", "ratio"),
+            ("score", "z"),
+            ("history", "history"),
+            ("baseline_tvm_version", "baseline TVM"),
+            ("tvm_version", "TVM"),
+        ],
+        lambda r: "bad",
+    )
+    failures_html = _table(
+        failures,
+        [
+            ("job_key", "job"),
+            ("model", "model"),
+            ("target", "target"),
+            ("executor", "executor"),
+            ("opt_level", "opt_level"),
+            ("status", "kind"),
+            ("error", "error"),
+        ],
+    )
+    title = f"tvmbench report: sweep {sweep.name} {sweep.label}".strip()
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_CSS}</style></head>
+<body>
+<h1>{html.escape(title)}</h1>
+<p>sweep <code>{html.escape(sweep.id)}</code> · created {sweep.created_at:%Y-%m-%d %H:%M} UTC ·
+TVM {html.escape(sweep.tvm_version)} · host {html.escape(sweep.host)} · {len(df)} jobs ({html.escape(status_line)})</p>
+<p id="render-check" class="muted">plots not checked (needs JavaScript)</p>
+<h2>Latency by executor and opt_level</h2>
+<p class="muted">Only jobs whose outputs matched ONNX Runtime are plotted. Times are per inference.</p>
+{figures or "<p class='muted'>no successful measurements</p>"}
+<h2>Ranking</h2>
+<p class="muted">Fastest correct configuration per model and board, medians with 95% bootstrap confidence intervals;
+"uncertain" when the intervals of the top two overlap.</p>
+{ranking_html}
+<h2>Tuning</h2>
+<p class="muted">MetaSchedule-tuned builds beside the same configuration untuned (budget 0): speed-ups, and the tuning
+minutes per unit of speed-up gained. `tvmbench results show JOB` lists each tuned job's tasks.</p>
+{tuning_html}
+<h2>Regressions against history</h2>
+<p class="muted">Results of this sweep slower than earlier results of the same configuration beyond noise
+(lookback z-score).</p>
+{regressions_html}
+<h2>Failures</h2>
+{failures_html}
+<p class="muted">generated {datetime.now(UTC):%Y-%m-%d %H:%M} UTC by tvmbench</p>
+{_RENDER_CHECK}
+</body></html>
+"""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8")
+    return written

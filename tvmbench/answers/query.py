@@ -1,0 +1,573 @@
+"""Reads of the results database for people: result rows, one job in full, sweeps, boards, and the
+filtered, grouped and pivoted views as pandas DataFrames that ranking, compare and regressions build on.
+
+All analytics SQL lives here (db/store.py keeps the writes): one flat row per job, its final run's
+figures joined in. Filters become bound parameters of SQLAlchemy expressions, never text pasted into SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Select, case, func, select
+
+from db import models as m
+from db.lookup import QueryError, resolve_prefix
+from tvmbench.core import liveness
+from tvmbench.core.pass_trace import expand
+from tvmbench.core.records import FINAL_STATUSES, PENDING_STATUSES
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from sqlalchemy.orm import Session
+
+    from db.store import ResultStore
+
+
+class NoSuchJob(LookupError):
+    """No stored job has the key (prefix) asked for; the message says how to list them."""
+
+
+MB = 1024 * 1024
+STATIC_RAM_EXECUTOR = "aot-c"  # firmware whose RAM is fixed at build: its static figure is its peak
+# The peak memory of a configuration (MB): the board's measured session peak, else for a microcontroller
+# build its static RAM (peak_memory_mb says the same in Python). NULL when neither is known.
+peak_mem_mb_sql = func.coalesce(
+    m.Run.peak_mem_mb, case((m.Job.executor == STATIC_RAM_EXECUTOR, m.Build.ram_bytes / float(MB)))
+)
+
+# Output columns, in order, and the SQL expression of each. The CLI prints exactly these.
+_COLUMNS: dict[str, Any] = {
+    "sweep_id": m.Job.sweep_id,
+    "sweep_label": m.Sweep.label,
+    "sweep_created_at": m.Sweep.created_at,
+    "job_key": m.Job.job_key,
+    "model": m.Job.model_name,
+    "model_sha256": m.Job.model_sha256,
+    "target": m.Job.target_name,
+    "board_key": m.Job.board_key,
+    "board": m.Run.board_id,
+    "executor": m.Job.executor,
+    "opt_level": m.Job.opt_level,
+    "pipeline": m.Job.pipeline,
+    "status": m.Job.status,
+    "unit": m.Run.unit,
+    "emulated": m.Run.emulated,
+    "median": m.Run.median,
+    "mean": m.Run.mean,
+    "std": m.Run.std,
+    "min": m.Run.min,
+    "max": m.Run.max,
+    "max_abs_err": m.Run.max_abs_err,
+    "load_avg_1m": m.Run.load_avg_1m,
+    "first_ms": m.Run.first_ms,
+    "load_s": m.Run.load_s,
+    "stop_reason": m.Run.stop_reason,
+    "ci_rel": m.Run.ci_rel,
+    "warmup_runs": m.Run.warmup_runs,
+    "peak_mem_mb": peak_mem_mb_sql,
+    "static_mem_mb": m.Build.ram_bytes / float(MB),
+    "warnings": m.Run.warnings,
+    "fingerprint": m.Build.fingerprint,
+    # MetaSchedule tuning (NULL when untuned): the budget, trials run, seconds spent tuning
+    "tuning_budget": m.Build.tuning_budget,
+    "tuning_trials": m.Build.tuning_trials,
+    "tuning_s": m.Build.tuning_s,
+    "equivalent_to": m.Job.equivalent_to,
+    "tvm_version": m.Sweep.tvm_version,
+    "host": m.Sweep.host,
+    "finished_at": m.Job.finished_at,
+    "error": m.Job.error,
+}
+COLUMNS: tuple[str, ...] = tuple(_COLUMNS)
+#: Columns a query can be grouped or pivoted by.
+DIMENSIONS: tuple[str, ...] = (
+    "sweep_id",
+    "sweep_label",
+    "model",
+    "target",
+    "board_key",
+    "board",
+    "executor",
+    "opt_level",
+    "pipeline",
+    "status",
+    "unit",
+    "emulated",
+    "tvm_version",
+    "tuning_budget",
+)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What to select. ``None`` means any; ``sweep`` is a sweep id, id prefix or label (resolved first)."""
+
+    sweep: str | None = None
+    model: str | None = None
+    target: str | None = None
+    board: str | None = None  # a board key ("host") or a board id prefix ("host@127.0.0.1:9091")
+    executor: str | None = None
+    opt_level: int | None = None
+    pipeline: str | None = None
+    status: str | None = None
+    since: datetime | None = None  # job finished at or after
+    until: datetime | None = None  # job finished before
+    max_memory_mb: float | None = None  # peak memory at most this (rows with no memory figure are left out)
+
+    def describe(self) -> str:
+        """The filters that are set, as "name=value" words, for titles."""
+        parts = [f"{f.name}={getattr(self, f.name)}" for f in fields(self) if getattr(self, f.name) is not None]
+        return " ".join(parts) or "all results"
+
+
+def resolve_sweep(store: ResultStore, ref: str) -> m.Sweep:
+    """The one sweep ``ref`` names: exact id, unique id prefix, or label/name (newest wins)."""
+    with store.read() as s:
+        sweep_id = resolve_prefix(s, m.Sweep.id, ref, "sweep id")
+        if sweep_id is not None:
+            return s.get(m.Sweep, sweep_id)
+        named = s.scalars(
+            select(m.Sweep)
+            .where((m.Sweep.label == ref) | (m.Sweep.name == ref))
+            .order_by(m.Sweep.created_at.desc())
+            .limit(1)
+        ).first()
+        if named is not None:
+            return named
+    raise QueryError(f"no sweep {ref!r} (id, id prefix, label or name); `tvmbench results sweeps` lists them")
+
+
+#: Sweep statuses of a driver still at work: their progress moves.
+ACTIVE_SWEEP_STATUSES = ("running", "cancelling")
+
+
+def sweeps_overview(
+    store: ResultStore, sweep_id: str | None = None, *, active_or: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """Every sweep, newest first, with its progress (`results sweeps`): jobs final / ok / failed / pending.
+
+    ``sweep_id`` (an exact id) narrows it to one sweep; ``active_or`` to the sweeps still running plus
+    the listed ids (what a live page polls: on a database of a million jobs it counts only those sweeps'
+    jobs, by the jobs.sweep_id index).
+    """
+    sweeps_q = select(m.Sweep).order_by(m.Sweep.created_at.desc())
+    counts_q = select(m.Job.sweep_id, m.Job.status, func.count()).group_by(m.Job.sweep_id, m.Job.status)
+    if sweep_id is not None:
+        sweeps_q, counts_q = sweeps_q.where(m.Sweep.id == sweep_id), counts_q.where(m.Job.sweep_id == sweep_id)
+    if active_or is not None:
+        sweeps_q = sweeps_q.where(m.Sweep.status.in_(ACTIVE_SWEEP_STATUSES) | m.Sweep.id.in_(list(active_or)))
+    with store.read() as s:
+        sweeps = list(s.scalars(sweeps_q))
+        if active_or is not None:
+            counts_q = counts_q.where(m.Job.sweep_id.in_([sw.id for sw in sweeps]))
+        counted = s.execute(counts_q)
+        statuses: dict[str, dict[str, int]] = {}
+        for sid, status, n in counted:
+            statuses.setdefault(sid, {})[status] = int(n)
+        # Live trial counts only where they move (running sweeps) or were asked for (one sweep): on a big
+        # database, reading every job's config for the whole list would make the sweeps page slow.
+        tuning = _tuning_progress(
+            s, [sw.id for sw in sweeps if sw.status in ACTIVE_SWEEP_STATUSES or sw.id == sweep_id]
+        )
+    rows = []
+    for sw in sweeps:
+        counts = statuses.get(sw.id, {})
+        final = sum(n for st, n in counts.items() if st in FINAL_STATUSES)
+        status = sweep_shown_status(sw)
+        rows.append(
+            {
+                "sweep_id": sw.id,
+                "name": sw.name,
+                "label": sw.label,
+                "status": status,
+                "jobs": sw.job_count,
+                "final": final,
+                "ok": counts.get("ok", 0),
+                "failed": final - counts.get("ok", 0),
+                "pending": sum(n for st, n in counts.items() if st in PENDING_STATUSES),
+                "statuses": dict(sorted(counts.items())),
+                "created_at": sw.created_at.isoformat(),
+                "finished_at": sw.finished_at.isoformat() if sw.finished_at else None,
+                "tvm_version": sw.tvm_version,
+                "source": sw.source_path,
+                "driver": sweep_driver(sw),
+                "resume": liveness.resume_hint(sw.id) if status == liveness.INTERRUPTED else None,
+            }
+        )
+        if sw.id in tuning:
+            rows[-1]["tuning_trials"], rows[-1]["tuning_budget"] = tuning[sw.id]
+    return rows
+
+
+def sweep_shown_status(sweep: m.Sweep) -> str:
+    """The sweep's status as people see it: ``interrupted`` when it says running but its driver is gone."""
+    return liveness.shown_status(sweep.status, sweep.driver_host, sweep.driver_pid, sweep.heartbeat_at)
+
+
+def sweep_driver(sweep: m.Sweep) -> dict[str, Any] | None:
+    """Where the sweep's (last) driver ran and when it last said it was alive; None before migration 0007."""
+    if not sweep.driver_host:
+        return None
+    beat = sweep.heartbeat_at
+    return {"host": sweep.driver_host, "pid": sweep.driver_pid, "heartbeat_at": beat.isoformat() if beat else None}
+
+
+def _tuning_progress(s: Session, sweep_ids: list[str]) -> dict[str, tuple[int, int]]:
+    """(trials done, trial budget) per sweep with tuned jobs, over its distinct tuned builds.
+
+    A finished build counts the trials it ran plus those stored records covered; a build still tuning
+    counts the records it has committed so far (they carry the source "build <build key[:16]>").
+    """
+    if not sweep_ids:
+        return {}
+    budget = m.Job.config["tuning"]["budget"].as_integer()
+    tuned = s.execute(
+        select(m.Job.sweep_id, m.Job.build_key, budget)
+        .where(m.Job.sweep_id.in_(sweep_ids), budget.is_not(None))
+        .distinct()
+    ).all()
+    if not tuned:
+        return {}
+    keys = sorted({bk for _, bk, _ in tuned})
+    finished = {
+        bk: int(run or 0) + int(covered or 0)
+        for bk, run, covered in s.execute(
+            select(m.Build.build_key, m.Build.tuning_trials, m.Build.tuning["trials_from_records"].as_integer()).where(
+                m.Build.build_key.in_(keys), m.Build.tuning_budget.is_not(None)
+            )
+        )
+    }
+    sources = {f"build {bk[:16]}": bk for bk in keys if bk not in finished}
+    live = {
+        sources[src]: int(n)
+        for src, n in s.execute(
+            select(m.TuningRecord.source, func.count())
+            .where(m.TuningRecord.source.in_(list(sources)))
+            .group_by(m.TuningRecord.source)
+        )
+    }
+    progress: dict[str, tuple[int, int]] = {}
+    for sid, bk, total in tuned:
+        done = min(int(total), finished.get(bk, live.get(bk, 0)))
+        trials, budget_sum = progress.get(sid, (0, 0))
+        progress[sid] = (trials + done, budget_sum + int(total))
+    return progress
+
+
+def base_select(columns: Sequence[str] = COLUMNS, *, with_samples: bool = False) -> Select:
+    """SELECT the named columns of every job with its final run, build and sweep joined in."""
+    unknown = [c for c in columns if c not in _COLUMNS]
+    if unknown:
+        raise QueryError(f"unknown column(s) {', '.join(unknown)}; known: {', '.join(COLUMNS)}")
+    exprs = [_COLUMNS[c].label(c) for c in columns]
+    if with_samples:
+        exprs.append(m.Run.samples.label("samples"))
+    return (
+        select(*exprs)
+        .select_from(m.Job)
+        .join(m.Sweep, m.Sweep.id == m.Job.sweep_id)
+        .outerjoin(m.Run, m.Run.id == m.Job.final_run_id)
+        .outerjoin(m.Build, m.Build.build_key == m.Job.build_key)
+    )
+
+
+def apply_filters(stmt: Select, filters: Filters, sweep_id: str | None = None) -> Select:
+    """Add WHERE clauses for the filters; ``sweep_id`` is the already-resolved ``filters.sweep``."""
+    if sweep_id is not None:
+        stmt = stmt.where(m.Job.sweep_id == sweep_id)
+    if filters.model is not None:
+        stmt = stmt.where(m.Job.model_name == filters.model)
+    if filters.target is not None:
+        stmt = stmt.where(m.Job.target_name == filters.target)
+    if filters.board is not None:
+        stmt = stmt.where(
+            (m.Job.board_key == filters.board) | m.Run.board_id.startswith(filters.board, autoescape=True)
+        )
+    if filters.executor is not None:
+        stmt = stmt.where(m.Job.executor == filters.executor)
+    if filters.opt_level is not None:
+        stmt = stmt.where(m.Job.opt_level == filters.opt_level)
+    if filters.pipeline is not None:
+        stmt = stmt.where(m.Job.pipeline == filters.pipeline)
+    if filters.status is not None:
+        stmt = stmt.where(m.Job.status == filters.status)
+    if filters.since is not None:
+        stmt = stmt.where(m.Job.finished_at >= filters.since)
+    if filters.until is not None:
+        stmt = stmt.where(m.Job.finished_at < filters.until)
+    if filters.max_memory_mb is not None:
+        stmt = stmt.where(peak_mem_mb_sql <= filters.max_memory_mb)
+    return stmt
+
+
+def filtered_select(
+    store: ResultStore, filters: Filters, columns: Sequence[str] = COLUMNS, *, with_samples: bool = False
+) -> Select:
+    """base_select + apply_filters, with the sweep reference resolved against the store."""
+    sweep_id = resolve_sweep(store, filters.sweep).id if filters.sweep else None
+    return apply_filters(base_select(columns, with_samples=with_samples), filters, sweep_id)
+
+
+def unknown_memory_count(store: ResultStore, filters: Filters) -> int:
+    """Ok results the other filters select whose peak memory is unknown (left out by ``max_memory_mb``)."""
+    from dataclasses import replace
+
+    stmt = filtered_select(store, replace(filters, max_memory_mb=None), ["job_key"]).where(
+        peak_mem_mb_sql.is_(None), m.Job.status == "ok"
+    )
+    with store.engine.connect() as conn:
+        return len(conn.execute(stmt).all())
+
+
+def frame(store: ResultStore, stmt: Select) -> pd.DataFrame:
+    """Execute ``stmt`` in one round trip and return its rows as a DataFrame (columns = labels)."""
+    import pandas as pd
+
+    with store.engine.connect() as conn:
+        result = conn.execute(stmt)
+        keys = list(result.keys())
+        rows = result.all()
+    df = pd.DataFrame.from_records(rows, columns=keys)
+    if "emulated" in df:
+        df["emulated"] = df["emulated"].fillna(False).astype(bool)
+    if "unit" in df:
+        df["unit"] = df["unit"].fillna("ms")
+    return df
+
+
+def query(
+    store: ResultStore,
+    filters: Filters | None = None,
+    *,
+    columns: Sequence[str] = COLUMNS,
+    with_samples: bool = False,
+    limit: int | None = None,
+) -> pd.DataFrame:
+    """One row per job matching ``filters`` (newest sweep first), with the columns the CLI prints."""
+    stmt = filtered_select(store, filters or Filters(), columns, with_samples=with_samples)
+    stmt = stmt.order_by(m.Sweep.created_at.desc(), m.Job.id)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    return frame(store, stmt)
+
+
+def _check_dimensions(names: Sequence[str], what: str) -> None:
+    bad = [n for n in names if n not in DIMENSIONS]
+    if bad:
+        raise QueryError(f"cannot {what} by {', '.join(bad)}; choose from {', '.join(DIMENSIONS)}")
+
+
+def group(df: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """Per group: jobs, ok jobs, and the median / fastest / slowest of the ok jobs' medians."""
+    import pandas as pd
+
+    _check_dimensions(by, "group")
+    if df.empty:
+        return pd.DataFrame(columns=[*by, "jobs", "ok", "median", "fastest", "slowest"])
+    ok = df["status"] == "ok"
+    work = df.assign(_ok=ok, _ok_median=df["median"].where(ok))
+    out = (
+        work.groupby(list(by), dropna=False)
+        .agg(
+            jobs=("job_key", "size"),
+            ok=("_ok", "sum"),
+            median=("_ok_median", "median"),
+            fastest=("_ok_median", "min"),
+            slowest=("_ok_median", "max"),
+        )
+        .reset_index()
+    )
+    out["ok"] = out["ok"].astype(int)
+    return out
+
+
+def pivot(df: pd.DataFrame, rows: Sequence[str], columns: str, value: str = "median") -> pd.DataFrame:
+    """A table of the median of ``value`` over ok jobs: ``rows`` down, each value of ``columns`` across."""
+    _check_dimensions([*rows, columns], "pivot")
+    if not rows:
+        raise QueryError("--pivot needs --group-by for the rows (e.g. --group-by model --pivot executor)")
+    ok = df[df["status"] == "ok"]
+    table = ok.pivot_table(index=list(rows), columns=columns, values=value, aggfunc="median")
+    table.columns = [f"{columns}={c}" for c in table.columns]
+    return table.reset_index()
+
+
+# --- rows for `results list/show`, `farm list` ----------------------------------------------------
+
+
+def results(store: ResultStore, sweep_id: str | None = None) -> list[dict[str, Any]]:
+    """One flat row per job (its final run's figures joined in), newest sweep first; ``sweep_id``: only
+    that sweep's (an id, unique id prefix or label: QueryError when it names none or several)."""
+    stmt = (
+        select(m.Job, m.Run, m.Build, m.Sweep.created_at)
+        .join(m.Sweep, m.Sweep.id == m.Job.sweep_id)
+        .outerjoin(m.Run, m.Run.id == m.Job.final_run_id)
+        .outerjoin(m.Build, m.Build.build_key == m.Job.build_key)
+        .order_by(m.Sweep.created_at.desc(), m.Job.id)
+    )
+    if sweep_id:
+        stmt = stmt.where(m.Job.sweep_id == resolve_sweep(store, sweep_id).id)
+    with store.read() as s:
+        return [_result_row(job, run, build) for job, run, build, _ in s.execute(stmt)]
+
+
+def job_detail(store: ResultStore, job_ref: str, sweep_id: str | None = None) -> dict[str, Any] | None:
+    """Everything about one job (key or unique key prefix), from the newest sweep that has it unless
+    ``sweep_id`` (an id or unique id prefix). None when no job matches; QueryError when several keys do."""
+    with store.read() as s:
+        within: list[Any] = []
+        if sweep_id:
+            sweep_id = resolve_prefix(s, m.Sweep.id, sweep_id, "sweep id")
+            if sweep_id is None:
+                return None
+            within.append(m.Job.sweep_id == sweep_id)
+        job_key = resolve_prefix(s, m.Job.job_key, job_ref, "job key", *within)
+        if job_key is None:
+            return None
+        stmt = (
+            select(m.Job)
+            .join(m.Sweep, m.Sweep.id == m.Job.sweep_id)
+            .where(m.Job.job_key == job_key, *within)
+            .order_by(m.Sweep.created_at.desc(), m.Job.id.desc())
+        )
+        job = s.scalars(stmt.limit(1)).first()
+        build = s.get(m.Build, job.build_key)
+        runs = list(s.scalars(select(m.Run).where(m.Run.job_id == job.id).order_by(m.Run.attempt)))
+        final = next((r for r in runs if r.id == job.final_run_id), None)
+        detail = _result_row(job, final, build)
+        detail["config"] = job.config
+        detail["error"] = job.error
+        detail["build"] = (
+            None
+            if build is None
+            else {
+                "status": build.status,
+                "error": build.error,
+                "fingerprint": build.fingerprint,
+                "pass_count": build.pass_count,
+                "pass_trace": expand(build.pass_trace),  # old rows: the plain list
+                "kernel_count": build.kernel_count,
+                "compile_s": build.compile_s,
+                "artifact_sha256": build.artifact_sha256,
+                "artifact_size": build.artifact_size,
+                "artifact_arch": build.artifact_arch,
+                "tvm_version": build.tvm_version,
+                "ffi_version": build.ffi_version,
+                "host": build.host,
+                "memory": build.memory,
+                "flash_bytes": build.flash_bytes,
+                "ram_bytes": build.ram_bytes,
+                "params_bytes": build.params_bytes,
+                "planned_bytes": build.planned_bytes,
+                "tuning": build.tuning,
+            }
+        )
+        detail["runs"] = [
+            {
+                "attempt": r.attempt,
+                "board": r.board_id,
+                "status": r.status,
+                "error": r.error,
+                "unit": r.unit,
+                "samples": r.samples,
+                "median": r.median,
+                "mean": r.mean,
+                "std": r.std,
+                "min": r.min,
+                "max": r.max,
+                "max_abs_err": r.max_abs_err,
+                "max_rel_err": r.max_rel_err,
+                "emulated": r.emulated,
+                "load_avg_1m": r.load_avg_1m,
+                "builds_in_flight": r.builds_in_flight,
+                "equivalent_to": r.equivalent_to,
+                "kernel_profile": r.kernel_profile,
+                **{name: getattr(r, name) for name in m.RUN_DETAIL_FIELDS},
+                "warnings": r.warnings or [],
+                "started_at": r.started_at.isoformat() if r.started_at else None,
+                "finished_at": r.finished_at.isoformat() if r.finished_at else None,
+            }
+            for r in runs
+        ]
+        if build is not None and build.fingerprint:
+            same = s.execute(
+                select(m.Job.job_key, m.Job.opt_level, m.Job.pipeline, m.Job.executor)
+                .join(m.Build, m.Build.build_key == m.Job.build_key)
+                .where(
+                    m.Job.sweep_id == job.sweep_id,
+                    m.Build.fingerprint == build.fingerprint,
+                    m.Job.board_key == job.board_key,
+                    m.Job.id != job.id,
+                )
+            )
+            detail["same_program_as"] = [
+                {"job_key": k, "opt_level": o, "pipeline": p, "executor": e} for k, o, p, e in same
+            ]
+        return detail
+
+
+def boards(store: ResultStore) -> list[m.Board]:
+    """Every board the database knows, by key then id."""
+    with store.read() as s:
+        return list(s.scalars(select(m.Board).order_by(m.Board.key, m.Board.id)))
+
+
+def sweeps(store: ResultStore) -> list[m.Sweep]:
+    """Every sweep, newest first."""
+    with store.read() as s:
+        return list(s.scalars(select(m.Sweep).order_by(m.Sweep.created_at.desc())))
+
+
+def peak_memory_mb(executor: str, run: m.Run | None, build: m.Build | None) -> float | None:
+    """The peak memory a configuration needs, in MB: what the board measured (session VmHWM), or for a
+    microcontroller build its static RAM (arena, workspace, I/O, stack: measured nowhere else, and exact
+    by construction). None when neither is known (a stock RPC server, an older row)."""
+    if run is not None and run.peak_mem_mb is not None:
+        return run.peak_mem_mb
+    if executor == STATIC_RAM_EXECUTOR and build is not None and build.ram_bytes is not None:
+        return build.ram_bytes / MB
+    return None
+
+
+def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None) -> dict[str, Any]:
+    return {
+        "sweep_id": job.sweep_id,
+        "job_key": job.job_key,
+        "model": job.model_name,
+        "target": job.target_name,
+        "board_key": job.board_key,
+        "board": run.board_id if run else None,
+        "executor": job.executor,
+        "kernels_path": job.config.get("kernels"),  # aot-c: "c" or "llvm" kernel code generation
+        "opt_level": job.opt_level,
+        "pipeline": job.pipeline,
+        "status": job.status,
+        "unit": run.unit if run else "ms",
+        "median_ms": run.median if run and run.unit == "ms" else None,
+        "std_ms": run.std if run and run.unit == "ms" else None,
+        "samples": run.samples if run else [],
+        "median": run.median if run else None,  # in `unit` (ms, or emulated instructions)
+        "flash_bytes": build.flash_bytes if build else None,
+        "ram_bytes": build.ram_bytes if build else None,
+        "peak_mem_mb": peak_memory_mb(job.executor, run, build),
+        "static_mem_mb": build.ram_bytes / MB if build and build.ram_bytes is not None else None,
+        "first_ms": run.first_ms if run else None,
+        "stop_reason": run.stop_reason if run else None,
+        "ci_rel": run.ci_rel if run else None,
+        "warnings": (run.warnings or []) if run else [],
+        "max_abs_err": run.max_abs_err if run else None,
+        "emulated": bool(run.emulated) if run else bool(job.config.get("emulated")),
+        "equivalent_to": job.equivalent_to,
+        "fingerprint": build.fingerprint if build else None,
+        "compile_s": build.compile_s if build else None,
+        "tuning_budget": build.tuning_budget if build else None,
+        "tuning_trials": build.tuning_trials if build else None,
+        "tuning_s": build.tuning_s if build else None,
+        "kernel_count": build.kernel_count if build else None,
+        "pass_count": build.pass_count if build else None,
+        "error": job.error,
+    }

@@ -1,0 +1,224 @@
+"""`results best`: the fastest correct configuration per (model, board), and how sure we are of it.
+
+Only jobs whose outputs passed the check (status "ok") compete. The metric is the steady state (the median
+of the samples, with its bootstrap CI) unless ``metric="first"``: the first inference after the module
+loaded, what a cold-start user waits for (one value per run, so no interval). Timings in different units, or emulated
+timings and real ones, are never ranked against each other: each (model, board key, unit, emulated) is its
+own ranking. An `onnxruntime` executor row is the baseline, not a competitor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, select
+
+from db import models as m
+from tvmbench.answers import query as q
+from tvmbench.answers import tuning as tuning_answers
+from tvmbench.answers.stats import DEFAULT_SEED, median_ci
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from db.store import ResultStore
+
+BASELINE_EXECUTOR = "onnxruntime"
+RANK_KEYS = ["model", "board_key", "unit", "emulated"]
+
+
+def config_name(row: Any) -> str:
+    """A configuration as people say it: "vm-compiled O2 per-target (host)", "... tuned 64 (host)"."""
+    budget = row.get("tuning_budget") if hasattr(row, "get") else None
+    tuned = f" tuned {int(budget)}" if tuning_answers.is_tuned(budget) else ""
+    return f"{row['executor']} O{row['opt_level']} {row['pipeline']}{tuned} ({row['target']})"
+
+
+def latest_sweeps(store: ResultStore, filters: q.Filters) -> dict[tuple[str, str], str]:
+    """For each (model, board key) with ok results, the newest sweep that has them.
+
+    "Newest" is the sweep of the highest job id: jobs are written when their sweep is created, so ids
+    follow sweep creation. This is one GROUP BY over the covering index ix_jobs_rank (status, model,
+    board key) with one result row per (model, board key), then one lookup of those ids: no per-group
+    queries and no read of the jobs table itself.
+    """
+    stmt = (
+        select(m.Job.model_name, m.Job.board_key, func.max(m.Job.id))
+        .where(m.Job.status == "ok")
+        .group_by(m.Job.model_name, m.Job.board_key)
+    )
+    narrowed = replace(filters, sweep=None, status=None, board=None)
+    if filters.board is not None:
+        # The key of a board id ("host@127.0.0.1:9091" -> "host") keeps this on the index; the exact
+        # board filter is applied to the candidates afterwards.
+        stmt = stmt.where(m.Job.board_key == filters.board.split("@")[0])
+    stmt = q.apply_filters(stmt, narrowed)
+    with store.engine.connect() as conn:
+        newest_job = {(model, bk): job_id for model, bk, job_id in conn.execute(stmt)}
+        ids = sorted(newest_job.values())
+        sweep_of = dict(conn.execute(select(m.Job.id, m.Job.sweep_id).where(m.Job.id.in_(ids))).all()) if ids else {}
+    return {pair: sweep_of[job_id] for pair, job_id in newest_job.items()}
+
+
+_CANDIDATE_COLUMNS = [
+    "sweep_id",
+    "job_key",
+    "model",
+    "target",
+    "board_key",
+    "executor",
+    "opt_level",
+    "pipeline",
+    "unit",
+    "emulated",
+    "median",
+    "first_ms",
+    "peak_mem_mb",
+    "warnings",
+    "equivalent_to",
+    "tuning_budget",
+    "tuning_trials",
+    "tuning_s",
+]
+METRICS = {"steady": "median", "first": "first_ms"}
+
+
+def candidates(store: ResultStore, filters: q.Filters) -> pd.DataFrame:
+    """The ok jobs to rank (no samples): of ``filters.sweep``, else of the newest sweep per (model, board)."""
+    base = replace(filters, status="ok")
+    stmt = q.base_select(_CANDIDATE_COLUMNS).add_columns(m.Job.final_run_id.label("run_id"))
+    if filters.sweep:
+        return q.frame(store, q.apply_filters(stmt, base, q.resolve_sweep(store, filters.sweep).id))
+    newest = latest_sweeps(store, filters)
+    stmt = q.apply_filters(stmt, replace(base, sweep=None)).where(m.Job.sweep_id.in_(sorted(set(newest.values()))))
+    df = q.frame(store, stmt)
+    triples = zip(df["model"], df["board_key"], df["sweep_id"], strict=True)
+    keep = [newest.get((mod, bk)) == sid for mod, bk, sid in triples]
+    return df[keep].reset_index(drop=True)
+
+
+def _samples(store: ResultStore, run_ids: list[int]) -> dict[int, list[float]]:
+    """The samples of the given runs, in one query."""
+    if not run_ids:
+        return {}
+    with store.engine.connect() as conn:
+        return dict(conn.execute(select(m.Run.id, m.Run.samples).where(m.Run.id.in_(run_ids))).all())
+
+
+def _warnings(value: Any) -> list[str]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _figures(row: Any, prefix: str) -> dict[str, Any]:
+    """Peak memory and board-state warnings of a ranked configuration, printed next to its figure."""
+    peak = row.get("peak_mem_mb")
+    return {
+        f"{prefix}_peak_mem_mb": None if peak is None or peak != peak else float(peak),
+        f"{prefix}_warnings": _warnings(row.get("warnings")),
+    }
+
+
+def rank(
+    store: ResultStore,
+    df: pd.DataFrame,
+    *,
+    confidence: float = 0.95,
+    seed: int = DEFAULT_SEED,
+    metric: str = "steady",
+) -> list[dict[str, Any]]:
+    """One ranking row per (model, board key, unit, emulated) of the candidate frame ``df``.
+
+    Sorting and picking happen once over the whole frame; only the top two of each ranking have their
+    samples fetched (one query) and bootstrapped. ``metric`` is "steady" (median of the samples) or
+    "first" (first inference, ms; rows without it, such as older runs, do not compete).
+    """
+    if metric not in METRICS:
+        raise q.QueryError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
+    if df.empty:
+        return []
+    if metric == "first":
+        # The first inference is one value in ms: it ranks ms runs only, and its "median" is that value.
+        df = df[(df["unit"] == "ms") & df["first_ms"].notna()].assign(median=lambda d: d["first_ms"])
+    df = df[df["median"].notna()].sort_values([*RANK_KEYS, "median", "job_key"])
+    is_baseline = df["executor"] == BASELINE_EXECUTOR
+    baseline = df[is_baseline].groupby(RANK_KEYS)["median"].min().to_dict()
+    contenders = df[~is_baseline]
+    # Side by side, tuned jobs count even when their program equals another's (records that did not apply).
+    every_config = contenders.groupby(RANK_KEYS, sort=True)
+    # A job that reused another's identical program carries the same numbers: rank the program once.
+    measured = set(zip(contenders["sweep_id"], contenders["job_key"], strict=True))
+    dup = [(s, e) in measured for s, e in zip(contenders["sweep_id"], contenders["equivalent_to"], strict=True)]
+    contenders = contenders[[not d for d in dup]]
+    groups = contenders.groupby(RANK_KEYS, sort=True)
+    top2 = groups.head(2)
+    slowest = groups.tail(1).set_index(RANK_KEYS)
+    sizes = groups.size().to_dict()
+    # Steady state: bootstrap the samples. First inference: one value per run, no interval to draw.
+    samples = _samples(store, [int(r) for r in top2["run_id"].dropna()]) if metric == "steady" else {}
+    out: list[dict[str, Any]] = []
+    for key, pair in top2.groupby(RANK_KEYS, sort=True):
+        model, board_key, unit, emulated = key
+        top = pair.iloc[0]
+        ci = median_ci(samples.get(top["run_id"]), confidence, seed=seed)
+        row: dict[str, Any] = {
+            "model": model,
+            "board_key": board_key,
+            "unit": unit,
+            "emulated": bool(emulated),
+            "sweep_id": top["sweep_id"],
+            "candidates": int(sizes[key]),
+            "best": config_name(top),
+            "best_job": top["job_key"],
+            "best_median": float(top["median"]),
+            "best_lo": ci.lo,
+            "best_hi": ci.hi,
+            "metric": metric,
+            **_figures(top, "best"),
+            "runner_up": None,
+            "runner_up_median": None,
+            "runner_up_lo": None,
+            "runner_up_hi": None,
+            "uncertain": False,
+        }
+        verdict = f"{config_name(top)} is fastest"
+        if len(pair) == 1:
+            verdict = f"{config_name(top)} (the only configuration measured)"
+        else:
+            second = pair.iloc[1]
+            ci2 = median_ci(samples.get(second["run_id"]), confidence, seed=seed)
+            row.update(
+                runner_up=config_name(second), runner_up_median=float(second["median"]), runner_up_lo=ci2.lo,
+                runner_up_hi=ci2.hi, **_figures(second, "runner_up"),
+            )  # fmt: skip
+            if metric == "first":
+                verdict += " at first inference (one run each: no interval, read close figures as a tie)"
+            elif ci.overlaps(ci2):
+                row["uncertain"] = True
+                verdict = f"uncertain: {config_name(top)} and {config_name(second)} overlap"
+        last = slowest.loc[key]
+        row["slowest"] = config_name(last)
+        row["speedup_vs_slowest"] = float(last["median"]) / float(top["median"]) if top["median"] else math.nan
+        ort = baseline.get(key)
+        row["onnxruntime_median"] = ort
+        row["speedup_vs_onnxruntime"] = ort / float(top["median"]) if ort is not None and top["median"] else None
+        if ort is not None and ort < row["best_median"]:
+            verdict += f"; the onnxruntime baseline is faster still ({ort:.4g} vs {row['best_median']:.4g} {unit})"
+        row["verdict"] = verdict
+        # Tuned and untuned side by side, with what the tuning cost (empty when nothing was tuned).
+        row["tuning"] = tuning_answers.side_by_side(every_config.get_group(key), ort, config_name)
+        out.append(row)
+    return out
+
+
+def best(
+    store: ResultStore,
+    filters: q.Filters | None = None,
+    *,
+    confidence: float = 0.95,
+    seed: int = DEFAULT_SEED,
+    metric: str = "steady",
+) -> list[dict[str, Any]]:
+    """The ranking of the newest results per (model, board) (or of ``filters.sweep``)."""
+    return rank(store, candidates(store, filters or q.Filters()), confidence=confidence, seed=seed, metric=metric)

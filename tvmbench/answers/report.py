@@ -1,0 +1,279 @@
+"""Terminal tables for the CLI (rich). Pure formatting: the data comes from db.store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from tvmbench.answers import columns
+from tvmbench.answers.table import Rendered, render, short_id
+
+_STATUS_STYLE = {"ok": "green", "pending": "yellow", "pending-device": "yellow"}
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def simple_table(
+    console: Console, rows: list[dict[str, Any]], title: str, cols: list[columns.Column] | None = None
+) -> Rendered | None:
+    """Rows as a table: ``cols`` declared in answers.columns, else one column per key of the first row."""
+    if not rows:
+        console.print(f"{title}: nothing to show")
+        return None
+    return render(console, cols or columns.generic(list(rows[0]), rows), rows, title)
+
+
+def plan_table(console: Console, sweep_id: str, rows: list[dict[str, Any]]) -> None:
+    tuned = any(r.get("tuning") for r in rows)
+    shown = render(console, columns.plan(tuned), rows, f"sweep {short_id(sweep_id)}: {len(rows)} jobs")
+    for r in rows:
+        if r.get("tuning_plan"):
+            tuning_plan_table(console, r, shown)
+    to_build = len(
+        {
+            (
+                r["model"],
+                r["target"],
+                r["executor"],
+                r.get("kernels_path"),
+                r["opt_level"],
+                r["pipeline"],
+                r.get("tuning"),
+            )
+            for r in rows
+            if not r["built"]
+        }
+    )
+    to_run = sum(1 for r in rows if r["status"] in ("new", "pending", "pending-device"))
+    console.print(f"{to_build} program(s) to build, {to_run} job(s) to run, {len(rows) - to_run} already final")
+
+
+def tuning_plan_table(console: Console, row: dict[str, Any], shown: Rendered | None = None) -> None:
+    """The tasks one tuned job will tune: trials each, and how many stored records already cover."""
+    plan = row["tuning_plan"]
+    job = shown.id("job", row["job_key"]) if shown else short_id(row["job_key"], 12)
+    head = f"job {job} ({row['model']} on {row['board_key']}): budget {plan['budget']} trials"
+    if plan.get("error"):
+        console.print(f"{head}: cannot plan the tasks: {plan['error']}", soft_wrap=not console.is_terminal)
+        return
+    basis = "the untuned kernel profile" if plan["weights_from"] == "profile" else "weight x FLOPs"
+    console.print(
+        f"{head}, {plan['trials_to_run']} to run, {plan['trials_covered']} covered by stored records "
+        f"({plan['database']}); split by {basis}",
+        soft_wrap=not console.is_terminal,
+    )
+    render(console, columns.PLAN_TASKS, plan["tasks"])
+
+
+def results_table(console: Console, rows: list[dict[str, Any]], title: str) -> None:
+    if not rows:
+        console.print(f"{title}: no results")
+        return
+    shown = render(console, columns.RESULTS, rows, title)
+    failed = [r for r in rows if r["status"] not in ("ok", "pending", "pending-device") and r["error"]]
+    for r in failed[:10]:
+        line = Text.assemble((f"{shown.id('job', r['job_key'])} {r['status']}:", "red"), " ", r["error"])
+        console.print(line, highlight=False, soft_wrap=not console.is_terminal)
+    if any(r["equivalent_to"] for r in rows):
+        console.print("program 'a = b': the job built the same program as job b, which was measured once for both")
+    warned = [r for r in rows if r.get("warnings")]
+    for r in warned[:10]:
+        for w in r["warnings"]:
+            line = Text.assemble((f"{shown.id('job', r['job_key'])} warning:", "red"), " ", w)
+            console.print(line, highlight=False, soft_wrap=not console.is_terminal)
+    if any(r.get("executor") == "aot-c" and r.get("peak_mem_mb") is not None for r in rows):
+        console.print("peak MB of aot-c jobs: the firmware's static RAM (arena, workspace, I/O, stack estimate)")
+
+
+def outcome_line(outcome: Any) -> str:
+    statuses = ", ".join(f"{n} {s}" for s, n in sorted(outcome.statuses.items()))
+    built = (
+        f"compiled {outcome.built} program(s), reused {outcome.cached} from the artifact cache"
+        if outcome.built or outcome.cached
+        else "compiled nothing"
+    )
+    if outcome.built == 0 and outcome.cached:
+        built = f"compiled nothing: all {outcome.cached} program(s) came from the artifact cache"
+    parts = [f"sweep {outcome.sweep_id}: {outcome.jobs} jobs ({statuses})", built]
+    skipped = getattr(outcome, "codegen_skipped", 0)
+    if skipped:
+        parts.append(f"{skipped} of them skipped codegen: an identical program was compiled already")
+    if outcome.already_final:
+        parts.append(f"{outcome.already_final} job(s) already had results and were skipped")
+    if outcome.equivalent:
+        parts.append(f"{outcome.equivalent} job(s) built a program identical to another's and share its measurement")
+    return "; ".join(parts)
+
+
+def split_pass_trace(trace: list[str]) -> tuple[list[str], int]:
+    """(graph-level passes in order, count of TIR passes): the TIR pipeline repeats per kernel batch."""
+    graph = [p for p in trace if not p.startswith(("tirx.", "s_tir.")) and p not in ("_pipeline", "sequential")]
+    return graph, sum(1 for p in trace if p.startswith(("tirx.", "s_tir.")))
+
+
+def job_detail(console: Console, d: dict[str, Any]) -> None:
+    console.print(Text.assemble((f"job {d['job_key']}", "bold"), f" (sweep {d['sweep_id']})"))
+    console.print(f"  model {d['model']}  target {d['target']}  board key {d['board_key']}")
+    console.print(f"  executor {d['executor']}  opt_level {d['opt_level']}  pipeline {d['pipeline']}")
+    status = Text(d["status"], style=_STATUS_STYLE.get(d["status"], "red"))
+    console.print(Text.assemble("  status ", status, f": {d['error']}" if d.get("error") else ""), highlight=False)
+    b = d.get("build")
+    if b:
+        console.print(
+            f"  build {b['status']}: program {b['fingerprint']}, {b['kernel_count']} kernels, "
+            f"{b['pass_count']} passes, {_fmt(b['compile_s'])} s, {b['artifact_size']} bytes "
+            f"{b['artifact_arch']}, TVM {b['tvm_version']} / ffi {b['ffi_version']}"
+        )
+        memory = b.get("memory")
+        if memory and memory.get("kind") == "relax-static-plan":
+            console.print(f"  static memory: {static_plan_line(memory)}", highlight=False)
+        elif memory:  # microcontroller builds: does it fit the part?
+            console.print(
+                f"  memory: flash {memory['flash_bytes']} bytes (text {memory['text_bytes']}, weights "
+                f"{memory['weights_bytes']}), RAM {memory['ram_bytes']} bytes (arena {memory['arena_bytes']}, "
+                f"workspace {memory['workspace_bytes']}, I/O {memory['io_bytes']}, stack estimate "
+                f"{memory['stack_estimate_bytes']})",
+                highlight=False,
+            )
+        if b.get("error"):
+            console.print(f"  build error: {b['error']}", highlight=False)
+        if b.get("tuning"):
+            from tvmbench.answers.tuning import print_tuning
+
+            print_tuning(console, b["tuning"])
+        if b["pass_trace"]:
+            relax_passes, tir_count = split_pass_trace(b["pass_trace"])
+            console.print(
+                f"  pass trace ({len(b['pass_trace'])} passes, {tir_count} of them TIR lowering; all in --json): "
+                + " > ".join(relax_passes),
+                highlight=False,
+                soft_wrap=not console.is_terminal,
+            )
+    for other in d.get("same_program_as", []):
+        console.print(
+            f"  same program as job {other['job_key'][:12]} (opt_level {other['opt_level']}, "
+            f"{other['pipeline']}, {other['executor']})"
+        )
+    for r in d.get("runs", []):
+        samples = ", ".join(f"{s:.4g}" for s in r["samples"])
+        line = (
+            f"  run {r['attempt']} on {r['board'] or '-'}: {r['status']}"
+            + (f" median {_fmt(r['median'])} {r['unit']}" if r["median"] is not None else "")
+            + (" (emulated)" if r["emulated"] else "")
+            + (f", samples [{samples}]" if samples else "")
+            + (f", max abs err {_fmt(r['max_abs_err'])}" if r["max_abs_err"] is not None else "")
+            + (f", load {r['load_avg_1m']:.2f}" if r["load_avg_1m"] is not None else "")
+            + (f", same program as {r['equivalent_to'][:12]}" if r["equivalent_to"] else "")
+        )
+        console.print(line, highlight=False, soft_wrap=not console.is_terminal)
+        if r["error"]:
+            console.print(f"    error: {r['error']}", highlight=False, soft_wrap=not console.is_terminal)
+        for text in run_measurement_lines(r):
+            console.print(
+                Text(f"    {text}"), highlight=False, soft_wrap=not console.is_terminal
+            )  # reasons are text, not markup
+
+
+def static_plan_line(memory: dict[str, Any]) -> str:
+    """A Relax build's static memory: parameters and planned intermediate storage."""
+    if memory.get("available") is False:
+        return f"unavailable ({memory.get('reason')})"
+    dynamic = (
+        f", {memory['dynamic_allocations']} dynamic-size allocation(s) not counted"
+        if memory.get("dynamic_allocations")
+        else ""
+    )
+    return (
+        f"params {_mb(memory['params_bytes'])} + planned intermediates {_mb(memory['planned_bytes'])} "
+        f"({memory['planned_allocations']} allocation(s); {_mb(memory['unplanned_bytes'])} without planning)"
+        f" + largest kernel scratch {_mb(memory.get('kernel_scratch_bytes'))} = {_mb(memory['ram_bytes'])}"
+        " (relax.analysis.estimate_memory_usage after StaticPlanBlockMemory)" + dynamic
+    )
+
+
+def _mb(n_bytes: float | None) -> str:
+    if n_bytes is None:
+        return "?"
+    mb = n_bytes / 2**20
+    return f"{n_bytes} B" if mb < 0.01 else f"{mb:.2f} MB"
+
+
+def run_measurement_lines(r: dict[str, Any]) -> list[str]:
+    """Sampling, phases, memory and board state of one run (rows before migration 0005 have none)."""
+    lines = []
+    sampling = r.get("sampling")
+    if sampling:
+        target = f" (target {sampling['target_rel_ci']:.1%})" if sampling.get("target_rel_ci") else ""
+        rel = f"±{sampling['rel_ci']:.2%}" if sampling.get("rel_ci") is not None else "± unknown"
+        lines.append(
+            f"sampling: {sampling['samples']} samples after {sampling['warmup']} warmup, stopped by "
+            f"{sampling['stop_reason']}; median 95% CI {rel}{target}; {sampling['timer_calls']} timer call(s) "
+            f"in {sampling['elapsed_s']:.2f} s"
+        )
+    notes = r.get("phases") or {}
+    if r.get("upload_bytes") is not None or notes:
+        parts = []
+        if r.get("upload_bytes") is not None:
+            parts.append(f"upload {_mb(r['upload_bytes'])} in {r['upload_s'] * 1e3:.1f} ms")
+        parts.append(f"load {r['load_s'] * 1e3:.1f} ms" if r.get("load_s") is not None else _unavailable("load", notes))
+        if r.get("first_ms") is not None:
+            source = (notes.get("first_inference") or {}).get("source")
+            parts.append(f"first inference {r['first_ms']:.4g} ms" + (f" ({source}-timed)" if source else ""))
+        else:
+            parts.append(_unavailable("first inference", notes, "first_inference"))
+        if r.get("median") is not None:
+            parts.append(f"steady state median {r['median']:.4g} {r['unit']}")
+        lines.append("phases: " + ", ".join(parts))
+    memory = r.get("memory")
+    if memory:
+        if memory.get("available"):
+            model = f", +{memory['model_mb']:.1f} MB over the session before load" if "model_mb" in memory else ""
+            lines.append(f"memory: peak {r['peak_mem_mb']:.1f} MB (session VmHWM after the runs){model}")
+        else:
+            lines.append(f"memory: unavailable ({memory.get('reason')})")
+    state = r.get("board_state")
+    if state:
+        lines.append(f"board before: {board_state_line(state.get('before'))}")
+        lines.append(f"board after:  {board_state_line(state.get('after'))}")
+    for w in r.get("warnings") or []:
+        lines.append(f"warning: {w}")
+    return lines
+
+
+def _unavailable(what: str, notes: dict[str, Any], key: str | None = None) -> str:
+    reason = (notes.get(key or what) or {}).get("reason")
+    return f"{what} unavailable" + (f" ({reason})" if reason else "")
+
+
+def board_state_line(state: dict[str, Any] | None) -> str:
+    """A board state (workers/board_state.read_state) in one line: governors, clock range, hottest zone, load."""
+    if not state:
+        return "unavailable"
+    if state.get("available") is False:
+        return f"unavailable ({state.get('reason')})"
+    parts = []
+    freq = state.get("cpufreq") or {}
+    if freq.get("available"):
+        governors = sorted({c.get("governor") or "?" for c in freq["cores"]})
+        cur = [c["cur_khz"] for c in freq["cores"] if c.get("cur_khz")]
+        clocks = f" {min(cur) / 1000:.0f}-{max(cur) / 1000:.0f} MHz" if cur else ""
+        parts.append(f"{len(freq['cores'])} cores {'/'.join(governors)}{clocks}")
+    else:
+        parts.append(f"cpufreq unavailable ({freq.get('reason')})")
+    th = state.get("thermal") or {}
+    if th.get("available"):
+        hottest = max(th["zones"], key=lambda z: z["temp_c"])
+        parts.append(f"{hottest['temp_c']:.1f} C ({hottest['type'] or hottest['zone']})")
+    else:
+        parts.append(f"thermal unavailable ({th.get('reason')})")
+    if state.get("load_avg"):
+        parts.append("load " + " ".join(f"{x:.2f}" for x in state["load_avg"]))
+    return "; ".join(parts)

@@ -1,0 +1,175 @@
+"""What every command group of the CLI shares: the consoles, the common options, the one-line failure."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from db.store import (
+    ResultStore,
+    StoreError,
+    check_backend,
+    check_sqlite_path,
+    default_url,
+    ensure_home,
+    sqlite_path,
+)
+from db.urls import redact
+from orchestrator.farm import FarmError
+from orchestrator.spec import SpecError, SweepSpec, load_spec
+from orchestrator.submit import NotFound, SubmitError
+from tvmbench.answers import table
+from tvmbench.answers.query import NoSuchJob, QueryError
+from tvmbench.core.errors import one_line
+
+T = TypeVar("T")
+
+# Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default. No markup:
+# model paths, keys, presets, job ids and messages are user text ("[axes]", "[/x]") and print as written;
+# styles are given as rich Text.
+console = Console(width=None if sys.stdout.isatty() else 200, markup=False)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200, markup=False)
+NOT_FOUND = 2  # the exit status of every lookup that finds nothing (sweep, job, board), like a bad argument
+INVALID = 2  # bad input: a sweep file, an option, a --db that is no database (1 is "some jobs failed")
+MAX_BOARDS = 64  # board agents one command may start here: each is a process holding a TVM runtime
+
+DbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--db", envvar="TVMBENCH_DB", help="SQLAlchemy URL of the results database (default: SQLite in TVMBENCH_HOME)."
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+WideOpt = Annotated[bool, typer.Option("--wide", help="Every column of the table, however wide.")]
+ColumnsOpt = Annotated[
+    str | None,
+    typer.Option("--columns", help="Only these columns, in this order, comma-separated (a wrong name lists them)."),
+]
+TsvOpt = Annotated[bool, typer.Option("--tsv", help="Tab-separated values (every column, full ids) for spreadsheets.")]
+
+
+def tables(wide: bool = False, columns: str | None = None, tsv: bool = False) -> None:
+    """Set how this command prints its tables (--wide, --columns, --tsv); a wrong column name exits 2.
+
+    With --tsv, stdout carries the TSV alone: the lines a command prints around its tables go to stderr.
+    """
+    names = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
+    table.current = table.Options(wide=wide, columns=names, tsv=tsv, on_error=lambda m: fail(f"--columns: {m}", 2))
+    console.file = sys.stderr if tsv else None  # type: ignore[assignment]  (None: sys.stdout at each print)
+
+
+def fail(message: str, code: int = 1) -> None:
+    """Print one error line (database passwords masked) and exit non-zero."""
+    err.print(Text.assemble(("error:", "bold red"), " ", redact(message)), highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def checked_tracker(value: str | None) -> str | None:
+    """The --tracker value when it is HOST:PORT with a port in 1-65535; else one error line (exit 2)."""
+    if value is None:
+        return None
+    host, _, port = value.strip().rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        fail(f"tracker {value!r} (--tracker or TVMBENCH_TRACKER): expected HOST:PORT, e.g. 127.0.0.1:9190", code=2)
+    return value.strip()
+
+
+TrackerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tracker",
+        envvar="TVMBENCH_TRACKER",
+        callback=checked_tracker,
+        help="HOST:PORT of a TVM RPC tracker (default: the farm from `farm up`/`farm connect`, else a local one).",
+    ),
+]
+
+
+def check_range(option: str, value: float, low: float, high: float | None = None, *, open_low: bool = False) -> None:
+    """Exit 2 naming ``option`` unless low <(=) value <(=) high (``nan`` never passes, unlike click's ranges)."""
+    above = value > low if open_low else value >= low
+    if not (above and (high is None or value < high)):
+        bounds = f"{'above' if open_low else 'at least'} {low:g}" + (f" and below {high:g}" if high is not None else "")
+        fail(f"{option} {value:g}: must be {bounds}", code=2)
+
+
+def note(message: str) -> None:
+    """A progress note on stderr (dimmed), for long steps such as provisioning a board."""
+    err.print(redact(message), style="dim", highlight=False)
+
+
+def home() -> Path:
+    """TVMBENCH_HOME, created if missing (one error line when it cannot be a folder: exit 2, bad input)."""
+    try:
+        return ensure_home()
+    except StoreError as exc:
+        fail(str(exc), code=INVALID)
+        raise  # unreachable: fail exits
+
+
+#: What a read sees where no database exists yet: an empty one in memory (nothing is created on disk).
+EMPTY_DB = "sqlite://"
+
+
+def open_store(db: str | None, read_only: bool = False) -> ResultStore:
+    """The results database, or one error line naming it (password masked, exit 2: the --db is bad input).
+
+    ``read_only``: for commands that only read. Nothing is created or migrated: a file that is not a
+    tvmbench database and an older schema are each one line; a database it cannot write (a read-only
+    mount) works; a SQLite file that does not exist yet (a fresh machine) reads as an empty database.
+    """
+    try:
+        if read_only:
+            url = db or default_url()
+            check_backend(url)
+            path = sqlite_path(url)
+            if path is not None:
+                check_sqlite_path(path)  # a directory or a missing folder is still an error
+                if not path.exists():
+                    return ResultStore(EMPTY_DB)
+        return ResultStore(db, read_only=read_only)
+    except StoreError as exc:
+        fail(redact(f"cannot open results database: {exc}", db), code=INVALID)
+        raise  # unreachable: fail exits
+    except Exception as exc:  # the driver's own error: wrong host, port, user, password, not a database file
+        fail(redact(f"cannot open results database {db or '(default)'}: {one_line(exc)}", db), code=INVALID)
+        raise  # unreachable: fail exits
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def load(path: Path, label: str | None = None) -> SweepSpec:
+    """The validated sweep file, or its one-line error (exit 2)."""
+    try:
+        return load_spec(path, label=label)
+    except SpecError as exc:
+        fail(str(exc), code=2)
+        raise  # unreachable: fail exits
+
+
+@contextmanager
+def failures_as_lines() -> Iterator[None]:
+    """The library's own errors (each one line saying what to do) end the command: exit 2 for bad input, else 1."""
+    try:
+        yield
+    except (QueryError, SpecError, NotFound, NoSuchJob) as exc:
+        fail(str(exc), code=2)
+    except (FarmError, SubmitError) as exc:
+        fail(str(exc))
+
+
+def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` with ``failures_as_lines``."""
+    with failures_as_lines():
+        return fn(*args, **kwargs)
+    raise AssertionError("unreachable")

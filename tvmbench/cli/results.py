@@ -1,0 +1,352 @@
+"""`tvmbench results ...` (and `tvmbench report`): rows, one job in full, and the answers (tvmbench/answers/)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from tvmbench.answers import analysis_views, columns, compare, html_report, query, ranking, regressions, report, why
+from tvmbench.answers import tuning as tuning_answers
+from tvmbench.cli.common import (
+    ColumnsOpt,
+    DbOpt,
+    JsonOpt,
+    TsvOpt,
+    WideOpt,
+    check_range,
+    console,
+    fail,
+    failures_as_lines,
+    open_store,
+    print_json,
+    tables,
+)
+
+app = typer.Typer(no_args_is_help=True, help="Query the results database.")
+
+
+@app.command("list")
+def results_list(
+    sweep: Annotated[str | None, typer.Option(help="Sweep id, id prefix, label or name; default: all.")] = None,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
+) -> None:
+    """One row per job: configuration, status, median latency, error against ONNX Runtime."""
+    tables(wide, only, tsv)
+    with failures_as_lines():  # an unknown or ambiguous --sweep: one line, exit 2
+        rows = query.results(open_store(db, read_only=True), sweep)
+    if as_json:
+        print_json(rows)
+        return
+    report.results_table(console, rows, title=f"sweep {sweep}" if sweep else "all sweeps")
+
+
+@app.command("sweeps")
+def results_sweeps(
+    db: DbOpt = None, as_json: JsonOpt = False, wide: WideOpt = False, only: ColumnsOpt = None, tsv: TsvOpt = False
+) -> None:
+    """The sweeps in the database, newest first, with their progress (jobs final / ok / failed / pending)."""
+    tables(wide, only, tsv)
+    rows = query.sweeps_overview(open_store(db, read_only=True))
+    if as_json:
+        print_json(rows)
+        return
+    report.simple_table(console, rows, "sweeps", columns.SWEEPS)
+    for r in rows:
+        if r["resume"]:
+            console.print(f"sweep {r['sweep_id']} was interrupted (its driver is gone): `{r['resume']}` finishes it")
+
+
+@app.command("show")
+def results_show(
+    job: str,
+    sweep: Annotated[str | None, typer.Option(help="Sweep id (default: newest with this job).")] = None,
+    diff: Annotated[
+        str | None, typer.Option("--diff", help="Another job (key prefix) to diff the pass trace against.")
+    ] = None,
+    diff_sweep: Annotated[str | None, typer.Option(help="Sweep of the --diff job (default: newest).")] = None,
+    top: Annotated[int, typer.Option(help="Kernels to list from the per-kernel profile.")] = 10,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
+) -> None:
+    """One job: configuration, build facts, pass trace, samples, errors, top kernels; --diff another job."""
+    tables(wide, only, tsv)
+    with failures_as_lines():  # unknown jobs or sweeps: one line, exit 2
+        shown = why.explain_job(open_store(db, read_only=True), job, sweep, diff, diff_sweep)
+    detail, other, kernels, pass_diff = shown["detail"], shown["other"], shown["kernels"], shown["pass_diff"]
+    label_a, label_b = shown["labels"]
+    if as_json:
+        print_json(why.job_json(shown))
+        return
+    report.job_detail(console, detail)
+    analysis_views.print_kernels(console, kernels, top)
+    if other is not None:
+        console.print(Text.assemble(("pass trace diff", "bold"), f" {label_a} -> {label_b}:"), highlight=False)
+        if not pass_diff:
+            console.print(f"  identical ({shown['pass_count']} passes)")
+        for line in pass_diff or []:
+            style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
+            console.print(Text(f"  {line}", style=style), highlight=False)
+
+
+# --- analysis: query, best, compare, regressions, report -------------------------------------------
+
+SweepOpt = Annotated[str | None, typer.Option("--sweep", help="Sweep id, id prefix or label.")]
+ModelOpt = Annotated[str | None, typer.Option("--model", help="Model name.")]
+TargetOpt = Annotated[str | None, typer.Option("--target", help="Target name.")]
+BoardOpt = Annotated[str | None, typer.Option("--board", help="Board key (e.g. host) or board id prefix.")]
+ExecutorOpt = Annotated[str | None, typer.Option("--executor", help="Executor (vm-bytecode, vm-compiled, ...).")]
+OptLevelOpt = Annotated[int | None, typer.Option("--opt-level", help="opt_level.")]
+PipelineOpt = Annotated[str | None, typer.Option("--pipeline", help="Pipeline.")]
+StatusOpt = Annotated[str | None, typer.Option("--status", help="Job status (ok, wrong-result, build, ...).")]
+SinceOpt = Annotated[str | None, typer.Option("--since", help="Jobs finished at or after (ISO date/time, UTC).")]
+UntilOpt = Annotated[str | None, typer.Option("--until", help="Jobs finished before (ISO date/time, UTC).")]
+
+
+def _when(value: str | None, option: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        fail(f"{option} {value!r} is not an ISO date/time; write e.g. 2026-11-29 or 2026-11-29T14:00")
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _filters(sweep, model, target, board, executor, opt_level, pipeline, status, since, until):
+    return query.Filters(
+        sweep=sweep,
+        model=model,
+        target=target,
+        board=board,
+        executor=executor,
+        opt_level=opt_level,
+        pipeline=pipeline,
+        status=status,
+        since=_when(since, "--since"),
+        until=_when(until, "--until"),
+    )
+
+
+TABLE_ROWS = 200
+
+
+def _split(value: str | None) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else []
+
+
+@app.command("query")
+def results_query(
+    sweep: SweepOpt = None,
+    model: ModelOpt = None,
+    target: TargetOpt = None,
+    board: BoardOpt = None,
+    executor: ExecutorOpt = None,
+    opt_level: OptLevelOpt = None,
+    pipeline: PipelineOpt = None,
+    status: StatusOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    group_by: Annotated[str | None, typer.Option("--group-by", help="Comma-separated columns to group by.")] = None,
+    pivot: Annotated[
+        str | None, typer.Option("--pivot", help="Column whose values become columns (median ms of ok jobs).")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="At most this many rows (before grouping).")] = None,
+    max_memory_mb: Annotated[
+        float | None,
+        typer.Option(
+            "--max-memory-mb",
+            help="Only configurations whose peak memory (board-measured, or a microcontroller's static RAM) "
+            "is at most this many MB: which ones fit.",
+        ),
+    ] = None,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
+) -> None:
+    """Filter results; optionally group (counts, median/fastest/slowest of ok medians) or pivot them."""
+    tables(wide, only, tsv)
+    if max_memory_mb is not None and max_memory_mb <= 0:
+        fail(f"--max-memory-mb {max_memory_mb:g}: give the board's memory in MB, e.g. --max-memory-mb 512", code=2)
+    filters = _filters(sweep, model, target, board, executor, opt_level, pipeline, status, since, until)
+    filters = replace(filters, max_memory_mb=max_memory_mb)
+    table_only = not (group_by or pivot or as_json or as_csv or tsv)  # --tsv, like --csv, gives every row
+    if table_only and limit is None:
+        limit = TABLE_ROWS  # a terminal table of a million rows helps nobody; --csv/--json give them all
+    store = open_store(db, read_only=True)
+    with failures_as_lines():
+        df = query.query(store, filters, limit=limit)
+        if pivot:
+            df = query.pivot(df, _split(group_by), pivot)
+        elif group_by:
+            df = query.group(df, _split(group_by))
+        elif not (as_json or as_csv):
+            df = df[["job_key", "sweep_label", "model", "target", "board", "executor", "opt_level", "pipeline",
+                     "status", "unit", "median", "std", "peak_mem_mb", "max_abs_err", "emulated"]]  # fmt: skip
+        unknown = query.unknown_memory_count(store, filters) if max_memory_mb is not None else 0
+    analysis_views.write_frame(console, df, filters.describe(), "json" if as_json else "csv" if as_csv else "table")
+    if table_only and len(df) == limit:
+        console.print(f"showing the first {limit} rows: --limit N shows more, --csv or --json all of them")
+    if unknown and not (as_json or as_csv):
+        console.print(
+            f"{unknown} ok result(s) with no memory figure were left out (stock RPC server boards, runs before "
+            "migration 0005): their fit is unknown, not assured"
+        )
+
+
+@app.command("best")
+def results_best(
+    sweep: Annotated[
+        str | None, typer.Option("--sweep", help="Rank this sweep (default: the newest sweep per model and board).")
+    ] = None,
+    model: ModelOpt = None,
+    target: TargetOpt = None,
+    board: BoardOpt = None,
+    executor: ExecutorOpt = None,
+    pipeline: PipelineOpt = None,
+    confidence: Annotated[float, typer.Option(help="Confidence level of the bootstrap intervals.")] = 0.95,
+    metric: Annotated[
+        str,
+        typer.Option(
+            help="steady: the median of the steady-state samples; first: the first inference after load "
+            "(what a cold start waits for)."
+        ),
+    ] = "steady",
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
+) -> None:
+    """Per (model, board): the fastest configuration whose outputs were correct, its speed-ups and certainty."""
+    tables(wide, only, tsv)
+    filters = _filters(sweep, model, target, board, executor, None, pipeline, None, None, None)
+    with failures_as_lines():
+        check_range("--confidence", confidence, 0, 1, open_low=True)
+        rows = ranking.best(open_store(db, read_only=True), filters, confidence=confidence, metric=metric)
+    if as_json:
+        print_json(analysis_views.records(rows))
+        return
+    analysis_views.print_best(console, rows, confidence, metric)
+    tuning_answers.print_side_by_side(console, rows)  # tuned beside untuned, when the sweep tuned
+
+
+@app.command("compare")
+def results_compare(
+    sweep_a: Annotated[str, typer.Argument(help="Baseline sweep (id, prefix or label).")],
+    sweep_b: Annotated[str, typer.Argument(help="Sweep to judge against it.")],
+    threshold: Annotated[float, typer.Option(help="Relative change that counts (0.05 = 5 %).")] = 0.05,
+    alpha: Annotated[float, typer.Option(help="Significance level of the Mann-Whitney U test.")] = 0.05,
+    show_all: Annotated[bool, typer.Option("--all", help="List unchanged jobs too.")] = False,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
+) -> None:
+    """Matched jobs of two sweeps: ratio B/A, its CI, a rank test on the samples; exit 1 on regressions."""
+    tables(wide, only, tsv)
+    with failures_as_lines():
+        check_range("--threshold", threshold, 0)
+        check_range("--alpha", alpha, 0, 1, open_low=True)
+        result = compare.compare(open_store(db, read_only=True), sweep_a, sweep_b, threshold=threshold, alpha=alpha)
+    if as_json:
+        print_json(analysis_views.comparison_json(result))
+    else:
+        analysis_views.print_compare(console, result, show_all)
+    if result.count("regression") or result.count("broken"):
+        raise typer.Exit(1)
+
+
+@app.command("regressions")
+def results_regressions(
+    sweep: Annotated[
+        str | None, typer.Option("--sweep", help="Judge this sweep's results (default: every latest result).")
+    ] = None,
+    model: ModelOpt = None,
+    target: TargetOpt = None,
+    board: BoardOpt = None,
+    executor: ExecutorOpt = None,
+    method: Annotated[str, typer.Option(help="zscore (conbench's lookback z-score) or mad (robust).")] = "zscore",
+    lookback: Annotated[int, typer.Option(help="Earlier results forming the baseline.")] = 20,
+    z: Annotated[float, typer.Option(help="Noise widths above the baseline that count.")] = 5.0,
+    threshold: Annotated[float, typer.Option(help="Minimum relative slow-down that counts.")] = 0.05,
+    show_all: Annotated[bool, typer.Option("--all", help="List every judged result, not only regressions.")] = False,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
+) -> None:
+    """Results slower than their own history (same model, target, executor, opt_level, pipeline, board key)."""
+    tables(wide, only, tsv)
+    filters = _filters(sweep, model, target, board, executor, None, None, None, None, None)
+    check_range("--lookback", lookback, 1)
+    check_range("--z", z, 0, open_low=True)
+    check_range("--threshold", threshold, 0)
+    params = regressions.Params(lookback=lookback, z=z, threshold=threshold)
+    with failures_as_lines():
+        rows = regressions.find(
+            open_store(db, read_only=True), filters, method=method, params=params, include_all=show_all
+        )
+    if as_json:
+        print_json(analysis_views.records(rows))
+        return
+    analysis_views.print_regressions(console, rows, method)
+
+
+@app.command("history")
+def results_history(
+    job: Annotated[str, typer.Argument(help="Job key (or a unique prefix): one configuration.")],
+    method: Annotated[str, typer.Option(help="zscore (conbench's lookback z-score) or mad (robust).")] = "zscore",
+    lookback: Annotated[int, typer.Option(help="Earlier results forming each point's baseline.")] = 20,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
+) -> None:
+    """One configuration over time: every result, oldest first, each judged against the ones before it."""
+    tables(wide, only, tsv)
+    with failures_as_lines():
+        data = regressions.history(
+            open_store(db, read_only=True), job, method=method, params=regressions.Params(lookback=lookback)
+        )
+    if as_json:
+        print_json(data)
+        return
+    cols = ["sweep_id", "sweep_label", "sweep_created_at", "status", "median", "unit", "baseline", "score", "regressed"]
+    title = f"{data['model']} {data['executor']} O{data['opt_level']} {data['pipeline']} on {data['board_key']}"
+    history_of = f"history of {data['job_key'][:12]}: {title}"
+    analysis_views.table_rows(console, data["points"], history_of, cols, priority={"sweep_id": 0})
+
+
+def report_cmd(
+    sweep: Annotated[str, typer.Argument(help="Sweep id, id prefix or label.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="HTML file to write.")] = Path("report.html"),
+    png: Annotated[Path | None, typer.Option("--png", help="Also write each plot as a PNG into this folder.")] = None,
+    db: DbOpt = None,
+) -> None:
+    """One self-contained HTML report of a sweep: latency plots, ranking, regressions, failures."""
+    if output.is_dir():
+        fail(f"-o {output} is a directory: give a file path such as {output / 'report.html'}", code=2)
+    try:
+        with failures_as_lines():
+            written = html_report.write_report(open_store(db, read_only=True), sweep, output, png_dir=png)
+    except OSError as exc:  # a full disk, a read-only folder, /dev/full: one line, not a traceback
+        fail(f"cannot write the report to {exc.filename or output}: {exc.strerror or exc}")
+    console.print(f"report {written.html} ({written.plots} plot(s))" + (f", PNGs in {png}" if png else ""))

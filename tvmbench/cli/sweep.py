@@ -1,0 +1,354 @@
+"""`tvmbench sweep ...`: plan, run, resume, submit, status, logs, cancel."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from db.urls import password_in, shown_url
+from orchestrator import interrupts, plan, scheduler, submit
+from orchestrator.resume import resume_spec
+from orchestrator.spec import SweepSpec
+from tvmbench.answers import columns, query, report
+from tvmbench.answers.table import short_id
+from tvmbench.cli.common import (
+    MAX_BOARDS,
+    NOT_FOUND,
+    ColumnsOpt,
+    DbOpt,
+    JsonOpt,
+    TrackerOpt,
+    TsvOpt,
+    WideOpt,
+    call,
+    console,
+    err,
+    fail,
+    failures_as_lines,
+    home,
+    load,
+    note,
+    open_store,
+    print_json,
+    tables,
+)
+from tvmbench.cli.progress import progress_bar
+
+app = typer.Typer(no_args_is_help=True, help="Plan and run sweeps.")
+
+RayOpt = Annotated[
+    str | None, typer.Option("--ray-address", help="Ray cluster to build on (default: a local instance on 127.0.0.1).")
+]
+FarmResourceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--farm-resource",
+        help="Ray custom resource of the node(s) that reach the farm: measurements run only there.",
+    ),
+]
+BoardsOpt = Annotated[int, typer.Option(help="Host boards of an ephemeral local farm.", min=0, max=MAX_BOARDS)]
+ClusterOpt = Annotated[
+    str,
+    typer.Option(
+        "--ray-address",
+        envvar="TVMBENCH_RAY_ADDRESS",
+        help="Dashboard URL of the Ray cluster, e.g. http://HEAD:8265 (token: ~/.ray/auth_token or RAY_AUTH_TOKEN).",
+    ),
+]
+
+
+@app.command("plan")
+def sweep_plan(
+    path: Path,
+    db: DbOpt = None,
+    label: Annotated[str | None, typer.Option(help="Plan the sweep under this label.")] = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
+) -> None:
+    """Dry run: the job matrix, what is already built or measured, and what will run."""
+    tables(wide, only, tsv)
+    spec = load(path, label)
+    store = open_store(db, read_only=True)  # no database yet: nothing is cached, none is created
+    rows = plan.plan_rows(spec, store)
+    default = _default_target_note(spec)
+    jobs = {job.key: job for job in plan.plan_jobs(spec)}
+    for row in rows:
+        if row.get("tuning") and not row["built"]:
+            row["tuning_plan"] = _tuning_plan(store, spec, jobs[row["job_key"]])
+    if as_json:
+        print_json({"sweep_id": spec.sweep_id, "jobs": rows, **({"note": default} if default else {})})
+        return
+    report.plan_table(console, spec.sweep_id, rows)
+    if default:
+        console.print(default, highlight=False)
+
+
+def _default_target_note(spec: SweepSpec) -> str | None:
+    """What a sweep file without [[targets]] runs on, said rather than assumed."""
+    if not spec.default_target:
+        return None
+    return (
+        "no [[targets]] in the sweep file: using the preset `host` (this machine's CPU, board key `host`); "
+        'add [[targets]] preset = "..." to choose (`tvmbench targets list`)'
+    )
+
+
+def _tuning_plan(store, spec: SweepSpec, job) -> dict:
+    """Tasks, trials and stored coverage of one tuned job (the front pipeline runs here: seconds)."""
+    from orchestrator.tuning import plan_tuning, records_database, untuned_profile
+    from workers.build_common import tvm_versions
+
+    try:
+        return plan_tuning(
+            job,
+            spec.model_paths[job.model.sha256].read_bytes(),
+            records_database(store, home(), job, tvm_versions()[0]),
+            untuned_profile(store, job),
+        )
+    except Exception as exc:  # the build would fail the same way; the plan says so instead of dying
+        from tvmbench.core.errors import one_line
+
+        return {"budget": job.tuning, "error": one_line(exc), "tasks": []}
+
+
+def _execute(
+    spec: SweepSpec,
+    db: str | None,
+    tracker: str | None,
+    ray_address: str | None,
+    boards: int,
+    as_json: bool,
+    farm_resource: str | None = None,
+    reopen_cancelled: bool = False,
+) -> None:
+    store = open_store(db)
+    try:
+        with progress_bar(err) as bar, failures_as_lines():
+            task = bar.add_task(f"sweep {short_id(spec.sweep_id)}", total=None, detail="starting")
+
+            def on_progress(_event: str, c: dict[str, int]) -> None:
+                done = c.get("ok", 0) + c.get("failed", 0) + c.get("waiting", 0)
+                bar.update(
+                    task,
+                    total=c.get("jobs"),
+                    completed=done,
+                    detail=f"built {c.get('built', 0)}/{c.get('to_build', 0)}"
+                    + (f" ({c['cached']} cached)" if c.get("cached") else "")
+                    + f" · ok {c.get('ok', 0)} · failed {c.get('failed', 0)}"
+                    + (f" · trials {c['trials_done']}/{c['trials_budget']}" if c.get("trials_budget") else ""),
+                )
+
+            outcome = scheduler.execute_sweep(
+                spec,
+                store,
+                home(),
+                tracker=tracker,
+                ray_address=ray_address,
+                boards=boards,
+                farm_resource=farm_resource,
+                progress=on_progress,
+                note=note,
+                reopen_cancelled=reopen_cancelled,
+            )
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (orchestrator/interrupts.py): the same cleanup ran
+        fail(
+            f"interrupted ({interrupts.signal_name(exc)}): finished jobs are stored; "
+            f"`tvmbench sweep resume {spec.sweep_id}` runs the rest",
+            interrupts.exit_code(exc),
+        )
+    rows = query.results(store, spec.sweep_id)
+    if as_json:
+        print_json({"sweep_id": spec.sweep_id, "outcome": outcome.summary(), "results": rows})
+    else:
+        report.results_table(console, rows, title=f"sweep {spec.sweep_id} ({spec.name})")
+        console.print(report.outcome_line(outcome))
+    if not outcome.complete:
+        raise typer.Exit(3)
+    if any(status != "ok" for status in outcome.statuses):
+        raise typer.Exit(1)
+
+
+@app.command("run")
+def sweep_run(
+    path: Path,
+    db: DbOpt = None,
+    tracker: TrackerOpt = None,
+    ray_address: RayOpt = None,
+    label: Annotated[
+        str | None, typer.Option(help="Run as a new sweep under this label (measures again; builds stay cached).")
+    ] = None,
+    boards: BoardsOpt = 1,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
+    farm_resource: FarmResourceOpt = None,
+) -> None:
+    """Run a sweep here: build on Ray, measure on the farm, store every outcome. Re-running finishes what is missing.
+
+    Exit status: 0 all ok, 1 some jobs failed, 2 invalid sweep file, 3 jobs still wait for a device.
+    """
+    tables(wide, only, tsv)
+    spec = load(path, label)
+    default = _default_target_note(spec)
+    if default:
+        note(default)
+    _execute(spec, db, tracker, ray_address, boards, as_json, farm_resource)
+
+
+@app.command("resume")
+def sweep_resume(
+    sweep_id: str,
+    db: DbOpt = None,
+    tracker: TrackerOpt = None,
+    ray_address: RayOpt = None,
+    boards: BoardsOpt = 1,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
+) -> None:
+    """Finish a stored sweep: jobs without a final row run, and so do jobs `sweep cancel` ended."""
+    tables(wide, only, tsv)
+    store = open_store(db)
+    sweep = call(store.get_sweep, sweep_id)  # a prefix of several sweeps: one line, exit 2
+    if sweep is None:
+        fail(f"no sweep {sweep_id!r} in {shown_url(store.url)}; `tvmbench results sweeps` lists them", code=NOT_FOUND)
+    spec, notes = call(resume_spec, store, sweep)
+    for line in notes:
+        note(line)
+    _execute(spec, db, tracker, ray_address, boards, as_json, reopen_cancelled=True)
+
+
+# --- sweeps on a Ray cluster (orchestrator/submit.py) ---------------------------------------------
+
+
+@app.command("submit")
+def sweep_submit(
+    path: Path,
+    ray_address: ClusterOpt,
+    db: DbOpt = None,
+    tracker: TrackerOpt = None,
+    label: Annotated[str | None, typer.Option(help="Submit as a new sweep under this label.")] = None,
+    farm_resource: FarmResourceOpt = None,
+    boards: Annotated[
+        int, typer.Option(help="Host boards of an ephemeral farm on the head (no --tracker).", min=0, max=MAX_BOARDS)
+    ] = 1,
+    as_json: JsonOpt = False,
+) -> None:
+    """Send a sweep to a Ray cluster as a Ray job and return its sweep id at once.
+
+    The sweep file and its models travel with the job; the job runs `tvmbench sweep run` on the head node
+    against --db, which must be a database every node reaches (PostgreSQL). Follow it with
+    `sweep status`, `sweep logs`, `sweep cancel` from any machine.
+    """
+    if not path.is_file():
+        fail(f"{path}: no such sweep file; give the path to a .toml file", code=2)
+    if db and not db.startswith("sqlite"):
+        # Created or upgraded here, before the job starts: a wrong URL is this command's one line, and a
+        # `sweep status` right after the submit reads a tvmbench database (reads never create one).
+        open_store(db).close()
+    if db and password_in(db):
+        note(
+            "the --db password travels in the Ray job's environment, which the cluster's dashboard shows: "
+            "a ~/.pgpass on the head node keeps it out of the URL"
+        )
+    submitted = call(
+        submit.submit_sweep,
+        path,
+        ray_address=ray_address,
+        db_url=db or "sqlite",
+        tracker=tracker,
+        label=label,
+        farm_resource=farm_resource,
+        boards=boards,
+    )
+    if as_json:
+        print_json(submitted.__dict__)
+        return
+    already = " (already running: nothing new submitted)" if submitted.already_running else ""
+    console.print(f"{submitted.sweep_id}{already}", highlight=False)
+    note(f"Ray job {submitted.submission_id}; follow with `tvmbench sweep status {submitted.sweep_id}`")
+
+
+@app.command("status")
+def sweep_status_cmd(
+    sweep_id: str,
+    db: DbOpt = None,
+    ray_address: Annotated[
+        str | None, typer.Option("--ray-address", envvar="TVMBENCH_RAY_ADDRESS", help="Dashboard URL of the cluster.")
+    ] = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
+) -> None:
+    """Progress of a sweep: job counts from the database and the state of its Ray job."""
+    tables(wide, only, tsv)
+    status = call(submit.sweep_status, sweep_id, store=open_store(db, read_only=True), ray_address=ray_address)
+    if as_json:
+        print_json(status)
+        return
+    report.simple_table(console, [status], f"sweep {sweep_id}", columns.SWEEP_STATUS)
+
+
+@app.command("logs")
+def sweep_logs_cmd(
+    sweep_id: str,
+    ray_address: ClusterOpt,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+) -> None:
+    """The log of a submitted sweep's Ray job (the output of `sweep run` on the head node)."""
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    call(submit.sweep_logs, sweep_id, ray_address=ray_address, follow=follow, write=write)
+
+
+@app.command("cancel")
+def sweep_cancel(
+    sweep_id: str,
+    db: DbOpt = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            envvar="TVMBENCH_RAY_ADDRESS",
+            help="Cluster of a submitted sweep: stop its Ray job (unfinished jobs stay pending; submit it again).",
+        ),
+    ] = None,
+    wait: Annotated[float, typer.Option(help="Seconds to wait for a running driver to stop its jobs.")] = 30.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel a sweep: its driver closes sessions and frees boards; jobs without a result become `cancelled`.
+
+    With --ray-address (a submitted sweep), the sweep's Ray job is stopped instead and its unfinished
+    jobs stay pending, so submitting the same file again finishes them.
+    """
+    if ray_address:
+        store = open_store(db) if db else None
+        outcome = call(submit.cancel_sweep, sweep_id, ray_address=ray_address, store=store)
+        if as_json:
+            print_json(outcome)
+            return
+        what = "stopped" if outcome["stopped"] else "had already ended"
+        console.print(f"sweep {outcome['sweep_id']}: Ray job {outcome['submission_id']} {what}")
+        return
+    outcome = call(submit.cancel_local, open_store(db), sweep_id, wait_s=wait)
+    if outcome["before"] in ("complete", "cancelled"):
+        console.print(f"sweep {outcome['sweep_id']} is already {outcome['before']}: nothing to cancel")
+        return
+    if as_json:
+        print_json({k: outcome[k] for k in ("sweep_id", "cancelled", "kept")})
+        return
+    console.print(
+        f"sweep {outcome['sweep_id']} cancelled: {outcome['cancelled']} job(s) cancelled, "
+        f"{outcome['kept']} kept their result"
+    )

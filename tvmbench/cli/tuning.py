@@ -1,0 +1,139 @@
+"""`tvmbench tuning`: the MetaSchedule records in the results database, and their JSON files.
+
+`list` shows what is stored per scope; `export DIR` writes one scope as a MetaSchedule JSON database
+(readable by ``ms.database.JSONDatabase(work_dir=DIR)``); `import DIR` reads one in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tvmbench.answers import columns, report
+from tvmbench.cli.common import (
+    ColumnsOpt,
+    DbOpt,
+    JsonOpt,
+    TsvOpt,
+    WideOpt,
+    console,
+    fail,
+    note,
+    open_store,
+    print_json,
+    tables,
+)
+
+app = typer.Typer(no_args_is_help=True, help="MetaSchedule tuning records: list, export and import JSON databases.")
+
+TargetOpt = Annotated[
+    str | None, typer.Option("--target", help="Preset name, TVM tag or JSON target dict the records were tuned for.")
+]
+TvmOpt = Annotated[str | None, typer.Option("--tvm-version", help="TVM version of the records (default: this TVM).")]
+ModelOpt = Annotated[str | None, typer.Option("--model", help="Only workloads met while tuning this model.")]
+
+
+@app.command("list")
+def tuning_list(
+    db: DbOpt = None, as_json: JsonOpt = False, wide: WideOpt = False, only: ColumnsOpt = None, tsv: TsvOpt = False
+) -> None:
+    """Stored tuning records per scope: board key, target, TVM version, module equality."""
+    tables(wide, only, tsv)
+    from workers.tuning.exchange import short_target
+
+    rows = open_store(db, read_only=True).tuning_scopes()
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        console.print(
+            "no tuning records yet: a sweep with a [axes] tuning budget, or `tvmbench tuning import`, adds them"
+        )
+        return
+    rows = [{**r, "target": short_target(r["target"])} for r in rows]
+    report.simple_table(console, rows, "tuning records", columns.TUNING_SCOPES)
+
+
+@app.command("export")
+def tuning_export(
+    directory: Annotated[
+        Path, typer.Argument(help="Directory for database_workload.json and database_tuning_record.json.")
+    ],
+    target: TargetOpt = None,
+    board_key: Annotated[str | None, typer.Option("--board-key", help="Board key the records were timed on.")] = None,
+    tvm_version: TvmOpt = None,
+    model: ModelOpt = None,
+    top: Annotated[
+        int | None,
+        typer.Option(help="Only the N fastest valid records per workload (N >= 1; default: every record, failed too)."),
+    ] = None,
+    append: Annotated[bool, typer.Option(help="Add to a JSON database already in DIR.")] = False,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write one scope's records as a MetaSchedule JSON database (for plain TVM scripts)."""
+    from workers.tuning import exchange
+
+    store = open_store(db, read_only=True)
+    try:
+        scope = exchange.select_scope(
+            store, target=target, board_key=board_key, tvm_version=tvm_version, model_name=model
+        )
+        done = exchange.export_records(store, directory, scope, model_name=model, top=top, append=append)
+    except exchange.ExchangeError as exc:
+        fail(str(exc), code=2)
+    summary = {"directory": str(done.directory), "workloads": done.workloads, "records": done.records, **done.scope}
+    if as_json:
+        print_json(summary)
+        return
+    which = f"the {top} fastest valid per workload" if top is not None else "every record, failed trials too"
+    console.print(
+        f"exported {done.records} record(s) ({which}) of {done.workloads} workload(s) (board {scope.board_key}, "
+        f"TVM {scope.tvm_version}) to {done.directory}; load with "
+        f"ms.database.JSONDatabase(work_dir={str(done.directory)!r})",
+        highlight=False,
+    )
+
+
+@app.command("import")
+def tuning_import(
+    directory: Annotated[Path, typer.Argument(help="A MetaSchedule work_dir with the two database JSON files.")],
+    board_key: Annotated[str, typer.Option("--board-key", help="Board key the records' times were taken on.")],
+    target: TargetOpt = None,
+    tvm_version: TvmOpt = None,
+    module_equality: Annotated[
+        str, typer.Option("--module-equality", help="structural, ignore-tensor or anchor-block.")
+    ] = "structural",
+    model: Annotated[str | None, typer.Option("--model", help="Model name to note the workloads under.")] = None,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Read a MetaSchedule JSON database into the results database (idempotent)."""
+    from workers.tuning import exchange
+
+    store = open_store(db)
+
+    def progress(lines: int, distinct: int) -> None:
+        note(f"read {lines} record line(s): {distinct} distinct")
+
+    try:
+        done = exchange.import_records(
+            store, directory, board_key=board_key, target=target, tvm_version=tvm_version,
+            module_equality=module_equality, model_name=model, progress=progress,
+        )  # fmt: skip
+    except exchange.ExchangeError as exc:
+        fail(str(exc), code=2)
+    summary = {
+        "directory": str(done.directory), "records": done.records, "distinct": done.distinct, "new": done.new,
+        "workloads": done.workloads, "scopes": done.scopes,
+    }  # fmt: skip
+    if as_json:
+        print_json(summary)
+        return
+    console.print(
+        f"imported {done.records} record line(s), {done.distinct} distinct, of {done.workloads} workload(s) from "
+        f"{done.directory}: {done.new} new, {done.distinct - done.new} already stored (board {board_key})",
+        highlight=False,
+    )

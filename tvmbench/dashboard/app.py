@@ -1,0 +1,279 @@
+"""The dashboard's web application (Starlette): one HTML page and one JSON endpoint per view.
+
+Pages are Jinja2 templates with autoescaping on, so sweep names, paths and error messages always reach
+the browser as text. Plots are PNGs drawn here and the one script is served from the package: the pages
+work with no internet. Every handler only reads (the store is opened read-only by dashboard.server).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from tvmbench.answers import query as q
+from tvmbench.answers import regressions
+from tvmbench.dashboard import plots, views
+
+if TYPE_CHECKING:
+    from db.store import ResultStore
+
+HERE = Path(__file__).parent
+#: How often the pages of running sweeps ask for their progress (milliseconds).
+POLL_MS = 1000
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    """A table cell: '-' for missing, short floats."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    if isinstance(value, float):
+        # Large values (epoch seconds, byte counts) keep their integer digits; the rest 4 significant ones.
+        return f"{value:.0f}" if abs(value) >= 1e5 else f"{value:.{digits}g}"
+    return str(value)
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,  # every template, whatever its extension
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["fmt"] = _fmt
+    env.filters["short"] = lambda key: (key or "")[:12]
+    env.filters["q"] = lambda value: quote(str(value), safe="")
+    env.filters["pretty"] = lambda value: json.dumps(value, indent=2, default=str, sort_keys=True)
+    env.globals["is_mapping"] = lambda value: isinstance(value, dict)
+    env.globals["is_list"] = lambda value: isinstance(value, list)
+    return env
+
+
+#: The longest query or path value answered (characters): ids are 12-64, names and filters a few dozen.
+#: Longer is refused (400) rather than echoed into every link of the page (a 60 KB filter made 847 KB).
+MAX_VALUE = 512
+#: The live pages' poll names every sweep they show running (13 characters each).
+MAX_WATCH = 16384
+
+
+def too_long(request: Request) -> str | None:
+    """What is wrong when a query or path value of ``request`` is over its bound, else None."""
+    values = [(f"?{k}=", v) for k, v in request.query_params.multi_items()]
+    values += [(f"{{{k}}} in the path", str(v)) for k, v in request.path_params.items()]
+    for name, value in values:
+        limit = MAX_WATCH if name == "?watch=" else MAX_VALUE
+        if len(value) > limit:
+            return f"{name} is {len(value)} characters long; at most {limit} are answered: shorten it"
+    return None
+
+
+def shown_url(store: ResultStore) -> str:
+    """The database as the user named it, password hidden."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(store.url).render_as_string(hide_password=True)
+
+
+class JSONResponse(Response):
+    """JSON as the CLI prints it (NaN as null, datetimes as ISO strings)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(views.jsonable(content), indent=2, default=str).encode()
+
+
+def create_app(
+    store: ResultStore,
+    *,
+    tracker: str | None = None,
+    poll_ms: int = POLL_MS,
+    allowed_hosts: list[str] | None = None,
+) -> Starlette:
+    """The dashboard over ``store`` (open it read-only); ``tracker`` (HOST:PORT) adds the farm's live view.
+
+    ``allowed_hosts``: the Host headers answered (others get 400), so that a web page elsewhere cannot
+    read a loopback dashboard through DNS rebinding; None answers any.
+    """
+    env = _environment()
+    env.globals["db_label"] = shown_url(store)
+
+    def page(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+        body = env.get_template(template).render(
+            request=request, poll_ms=poll_ms, path=request.url.path, status_code=status_code, **context
+        )
+        return HTMLResponse(body, status_code=status_code)
+
+    def answer(request: Request, template: str, data: Any, **context: Any) -> Response:
+        """The page, or its data when the path is under /api/."""
+        if request.url.path.startswith("/api/"):
+            return JSONResponse(data)
+        return page(request, template, data=data, **context)
+
+    def not_found(request: Request, message: str, status_code: int = 404) -> Response:
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": message}, status_code=status_code)
+        return page(request, "error.html", status_code=status_code, message=message)
+
+    def bounded(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
+        """``handler``, answering 400 instead when a query or path value is over its bound (too_long)."""
+
+        def checked(request: Request) -> Response:
+            problem = too_long(request)
+            return not_found(request, problem, 400) if problem else handler(request)
+
+        return checked
+
+    def index(request: Request) -> Response:
+        return RedirectResponse("/sweeps")
+
+    def sweeps_page(request: Request) -> Response:
+        watch = request.query_params.get("watch")
+        ids = [w for w in watch.split(",") if w] if watch is not None else None
+        return answer(request, "sweeps.html", views.sweeps(store, ids))
+
+    def sweep_page(request: Request) -> Response:
+        try:
+            query = views.SweepQuery.parse(request.query_params)
+        except q.QueryError as exc:
+            return not_found(request, str(exc), 400)
+        try:
+            data = views.sweep(store, request.path_params["ref"], query)
+        except q.QueryError as exc:
+            return not_found(request, str(exc))
+
+        def sort_link(column: str) -> str:
+            current = data["query"]
+            desc = current["sort"] == column and not current["descending"]
+            params = {f: current[f] for f in views.FILTERS if current[f]}
+            params.update(sort=column, order="desc" if desc else "asc")
+            return f"/sweep/{quote(data['sweep']['sweep_id'])}?{urlencode(params)}"
+
+        return answer(
+            request, "sweep.html", data, columns=views.RESULT_COLUMNS, filters=views.FILTERS, sort_link=sort_link
+        )
+
+    def sweep_plot(request: Request) -> Response:
+        stem = request.path_params["stem"]
+        try:
+            found = q.resolve_sweep(store, request.path_params["ref"])
+            drawn = plots.sweep_plot_png(store, found.id, stem)
+        except q.QueryError as exc:
+            return not_found(request, str(exc))
+        if drawn is None:
+            return not_found(request, f"sweep {found.id} has no plot {stem!r}")
+        return Response(drawn, media_type="image/png", headers={"Cache-Control": "no-cache"})
+
+    def job_page(request: Request) -> Response:
+        params = request.query_params
+        try:
+            data = views.job(store, request.path_params["key"], params.get("sweep") or None, params.get("diff") or None)
+        except (q.QueryError, q.NoSuchJob) as exc:
+            return not_found(request, str(exc))
+        return answer(request, "job.html", data, known=JOB_SECTIONS)
+
+    def job_samples(request: Request) -> Response:
+        try:
+            data = views.job(store, request.path_params["key"], request.query_params.get("sweep") or None)
+        except (q.QueryError, q.NoSuchJob) as exc:
+            return not_found(request, str(exc))
+        if not data["samples"]:
+            return not_found(request, f"job {data['job_key']} has no samples")
+        title = f"{data['model']} {data['executor']} O{data['opt_level']}: {len(data['samples'])} samples"
+        drawn = plots.png(lambda: plots.samples_figure(data["samples"], data["unit"] or "ms", title))
+        return Response(drawn, media_type="image/png")
+
+    def compare_page(request: Request) -> Response:
+        params = request.query_params
+        a, b = params.get("a"), params.get("b")
+        data: dict[str, Any] | None = None
+        error = None
+        status = 200
+        if a and b:
+            try:
+                threshold, alpha = (_number(params, name) for name in ("threshold", "alpha"))
+                data = views.compare(store, a, b, threshold=threshold, alpha=alpha)
+            except q.QueryError as exc:  # an unknown or ambiguous sweep, like /sweep/{ref}
+                error, status = str(exc), 404
+            except ValueError as exc:  # a threshold or alpha that is no number
+                error, status = str(exc), 400
+        elif request.url.path.startswith("/api/"):
+            error, status = "give two sweeps: /api/compare?a=BASELINE&b=NEW", 400
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": error}, status_code=status) if error else JSONResponse(data)
+        return page(request, "compare.html", status, data=data, error=error, sweeps=views.sweeps(store), a=a, b=b)
+
+    def history_page(request: Request) -> Response:
+        method = request.query_params.get("method") or "zscore"
+        try:
+            data = views.history(store, request.path_params["key"], method)
+        except q.QueryError as exc:
+            return not_found(request, str(exc))
+        return answer(request, "history.html", data, methods=sorted(regressions.METHODS))
+
+    def history_plot(request: Request) -> Response:
+        method = request.query_params.get("method") or "zscore"
+        try:
+            data = views.history(store, request.path_params["key"], method)
+        except q.QueryError as exc:
+            return not_found(request, str(exc))
+        return Response(plots.png(lambda: plots.history_figure(data)), media_type="image/png")
+
+    def farm_page(request: Request) -> Response:
+        return answer(request, "farm.html", views.farm(store, tracker))
+
+    routes = [
+        Route("/", bounded(index)),
+        Route("/sweeps", bounded(sweeps_page)),
+        Route("/api/sweeps", bounded(sweeps_page)),
+        Route("/sweep/{ref}", bounded(sweep_page)),
+        Route("/api/sweep/{ref}", bounded(sweep_page)),
+        Route("/sweep/{ref}/plot/{stem}.png", bounded(sweep_plot)),
+        Route("/job/{key}", bounded(job_page)),
+        Route("/api/job/{key}", bounded(job_page)),
+        Route("/job/{key}/samples.png", bounded(job_samples)),
+        Route("/compare", bounded(compare_page)),
+        Route("/api/compare", bounded(compare_page)),
+        Route("/history/{key}", bounded(history_page)),
+        Route("/api/history/{key}", bounded(history_page)),
+        Route("/history/{key}/plot.png", bounded(history_plot)),
+        Route("/farm", bounded(farm_page)),
+        Route("/api/farm", bounded(farm_page)),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)] if allowed_hosts else []
+    return Starlette(routes=routes, middleware=middleware)
+
+
+def _number(params: Any, name: str, default: float = 0.05) -> float:
+    """The query parameter ``name`` as a float (``default`` when absent); ValueError naming it otherwise."""
+    raw = params.get(name)
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        raise ValueError(f"?{name}={raw!r} is not a number: give e.g. {name}=0.05") from None
+
+
+#: Keys of `results show --json` that the job page shows in their own section; any other key (what
+#: later issues add: tuning, memory, board state...) is listed under "More recorded data".
+JOB_SECTIONS = frozenset(
+    {
+        "sweep_id", "job_key", "model", "target", "board_key", "board", "executor", "kernels_path", "opt_level",
+        "pipeline", "status", "unit", "median_ms", "std_ms", "samples", "median", "flash_bytes", "ram_bytes",
+        "max_abs_err", "emulated", "equivalent_to", "fingerprint", "compile_s", "kernel_count", "pass_count",
+        "error", "config", "build", "runs", "same_program_as", "kernel_profile", "diff_job", "pass_diff",
+        "diff_labels", "tuning", "memory", "board_state",
+    }
+)  # fmt: skip
