@@ -153,7 +153,7 @@ def test_host_preset_builds_for_this_machines_cpu() -> None:
 
 
 def test_host_cpu_is_asked_once_per_machine_then_cached(tmp_path: Path, monkeypatch) -> None:
-    from workers import targets
+    from workers import host_cpu as targets  # where the host's CPU is asked and cached
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("TVMBENCH_HOST_MCPU", raising=False)

@@ -21,14 +21,13 @@ from pathlib import Path
 from workers.aot.boards import BOARDS, McuBoard
 from workers.aot.runner import ICOUNT_SHIFT, QEMU, BoardRunner, QemuRunner
 from workers.board_agent import survive_session_crashes
+from workers.board_kinds import kind_for_key
 
 
 def agent_command(key: str, python: str = sys.executable) -> list[str] | None:
     """The command that starts an agent for ``key`` when it is an emulated microcontroller's key."""
-    for board in BOARDS.values():
-        if key == board.board_key:
-            return [python, "-m", "workers.mcu_agent", "--board", board.name]
-    return None
+    kind = kind_for_key(key)
+    return kind.agent_command([], python=python) if kind is not None and kind.agent == "mcu" else None
 
 
 def qemu_version() -> str | None:

@@ -1,68 +1,14 @@
-"""Cortex-M boards the AOT backend builds firmware for: compiler flags, LLVM target, memory, QEMU machine."""
+"""Cortex-M boards the AOT backend builds firmware for (their entries are board kinds: workers/board_kinds.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from workers.board_kinds import KINDS, McuBoard
 
-@dataclass(frozen=True)
-class McuBoard:
-    name: str  # the target preset name, e.g. "cortex-m4"
-    cpu: str
-    qemu_machine: str
-    board_key: str  # tracker key of the emulated board
-    gcc_flags: tuple[str, ...]
-    llvm_target: dict[str, Any]
-    flash_origin: int
-    flash_bytes: int
-    ram_origin: int
-    ram_bytes: int
-    systick_hz: int  # SysTick's processor clock in the QEMU machine
-    has_fpu: bool
+__all__ = ["BOARDS", "McuBoard", "board_for_target", "is_mcu_target", "target_dict"]
 
-
-# mps2-an385/an386: 4 MB of code memory at 0x0 and 4 MB of RAM at 0x20000000; SysTick runs at 25 MHz.
-# Under `-icount shift=0` one guest instruction takes 1 ns of virtual time, so one tick is 40 instructions.
-BOARDS: dict[str, McuBoard] = {
-    b.name: b
-    for b in (
-        McuBoard(
-            name="cortex-m4",
-            cpu="cortex-m4",
-            qemu_machine="mps2-an386",
-            board_key="cortex-m4-emu",
-            gcc_flags=("-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16"),
-            llvm_target={
-                "kind": "llvm",
-                "mtriple": "thumbv7em-none-eabihf",
-                "mcpu": "cortex-m4",
-                "mattr": ["+vfp4d16sp"],
-                "mfloat-abi": "hard",
-            },
-            flash_origin=0x00000000,
-            flash_bytes=4 << 20,
-            ram_origin=0x20000000,
-            ram_bytes=4 << 20,
-            systick_hz=25_000_000,
-            has_fpu=True,
-        ),
-        McuBoard(
-            name="cortex-m3",
-            cpu="cortex-m3",
-            qemu_machine="mps2-an385",
-            board_key="cortex-m3-emu",
-            gcc_flags=("-mcpu=cortex-m3", "-mthumb", "-mfloat-abi=soft"),
-            llvm_target={"kind": "llvm", "mtriple": "thumbv7m-none-eabi", "mcpu": "cortex-m3", "mfloat-abi": "soft"},
-            flash_origin=0x00000000,
-            flash_bytes=4 << 20,
-            ram_origin=0x20000000,
-            ram_bytes=4 << 20,
-            systick_hz=25_000_000,
-            has_fpu=False,
-        ),
-    )
-}
+BOARDS: dict[str, McuBoard] = {k.name: k.mcu for k in KINDS.values() if k.mcu is not None}
 
 
 def board_for_target(tvm_target: dict[str, Any]) -> McuBoard:
