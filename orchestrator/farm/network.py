@@ -1,0 +1,35 @@
+"""Where the farm's services listen: loopback by default, a free port, one warning when exposed."""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+LOOPBACK = "127.0.0.1"
+RPC_WARNING = (
+    "TVM RPC runs uploaded code for anyone who can connect, in plain text: expose it only on a trusted network"
+)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps a service on this machine (127.0.0.0/8, ::1, "localhost")."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
+
+
+def warn_exposed(what: str, host: str, risk: str = RPC_WARNING) -> None:
+    """The one warning every service tvmbench starts prints when it listens beyond loopback."""
+    print(f"warning: {what} listening on {host}: {risk}", file=sys.stderr)
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A port that is free on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]

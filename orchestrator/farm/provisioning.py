@@ -1,0 +1,108 @@
+"""Which boards this machine can start, and how: the command of each board agent, and the provisioned
+roots of the emulated Linux boards (infra/farm/<key>/provision.sh). The kinds are workers/board_kinds.py."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from orchestrator.farm.errors import FarmError
+from workers.board_kinds import BOARD_AGENT, INFRA_DIR, BoardKind, kind_for_key, provisioned_kinds
+
+__all__ = [
+    "EMULATED_BOARDS",
+    "EMULATED_BOARD_START_S",
+    "INFRA_DIR",
+    "EmulatedBoardKind",
+    "Note",
+    "board_command",
+    "board_root",
+    "is_provisioned",
+    "provision_board",
+    "provision_boards",
+]
+
+EmulatedBoardKind = BoardKind  # the name a provisioned, emulated board's kind had here before the registry
+EMULATED_BOARDS: dict[str, BoardKind] = provisioned_kinds()
+EMULATED_BOARD_START_S = 180.0  # `import tvm` alone takes 6-30 s under qemu on a busy machine
+
+Note = Callable[[str], None]  # how a long step tells the user what it is doing (the CLI prints it dimmed)
+
+
+def board_root(key: str) -> Path:
+    """Where the emulated board ``key`` is provisioned: TVMBENCH_BOARD_ROOT_<KEY>, else TVMBENCH_HOME/boards/<key>."""
+    env = os.environ.get("TVMBENCH_BOARD_ROOT_" + key.upper().replace("-", "_"))
+    if env:
+        return Path(env)
+    home = Path(os.environ.get("TVMBENCH_HOME", Path.home() / ".tvmbench"))
+    return home / "boards" / key
+
+
+def is_provisioned(root: Path) -> bool:
+    return (root / ".tvmbench-provisioned").is_file()
+
+
+def provision_board(key: str, root: Path | None = None, log: Path | None = None) -> Path:
+    """Provision the emulated board ``key`` into ``root`` (once; a provisioned root is reused)."""
+    kind = EMULATED_BOARDS[key]
+    root = root or board_root(key)
+    # The script is idempotent (it checks its own pins), so a provisioned root costs one bash start.
+    result = subprocess.run(
+        ["bash", str(kind.provision_script), str(root)],
+        env={**os.environ, "PYTHON": sys.executable},  # this interpreter has pip; a bare python3 may not
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        check=False,
+    )
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(result.stdout)
+    if result.returncode != 0:
+        tail = " | ".join(result.stdout.strip().splitlines()[-3:])
+        raise FarmError(f"provisioning board {key} into {root} failed: {tail}")
+    return root
+
+
+def provision_boards(home: Path, keys: list[str], note: Note = lambda _msg: None) -> dict[str, str]:
+    """Provision each emulated board of ``keys`` (once; a provisioned root is reused): {key: root}.
+
+    FarmError names a key this machine cannot emulate, or a provisioning that failed.
+    """
+    roots: dict[str, str] = {}
+    for key in keys:
+        if key not in EMULATED_BOARDS:
+            raise FarmError(
+                f"--board {key!r} is not a board this machine can emulate; use one of: {', '.join(EMULATED_BOARDS)}"
+            )
+        root = board_root(key)
+        if not is_provisioned(root):
+            note(f"provisioning board {key} into {root} (once; about a minute)")
+        roots[key] = str(provision_board(key, root, log=home / "logs" / f"provision-{key}.log"))
+    return roots
+
+
+def board_command(key: str, tracker: str, host: str, port: int, root: Path | None = None) -> list[str]:
+    """The command that runs one board agent for ``key``: natively, or under its emulator."""
+    agent_args = ["--tracker", tracker, "--key", key, "--host", host, "--port", str(port)]
+    kind = kind_for_key(key)
+    if kind is None:  # a key of no known kind (a second host, a lab's own board): a native agent under it
+        return [sys.executable, str(BOARD_AGENT), *agent_args]
+    if kind.agent == "native":
+        return kind.agent_command(agent_args)
+    if kind.agent == "mcu":  # an emulated microcontroller (cortex-m4-emu, ...) gets the MCU agent
+        return kind.agent_command(agent_args)
+    if shutil.which(kind.emulator or "") is None:
+        raise FarmError(f"board {key} needs {kind.emulator}: apt-get install {kind.emulator_package}")
+    root = root or board_root(key)
+    if not is_provisioned(root):
+        raise FarmError(
+            f"board {key} is not provisioned at {root}: run {kind.provision_script} {root} "
+            f"(or `tvmbench farm up --board {key}`, which provisions it)"
+        )
+    return kind.agent_command(agent_args, root)
