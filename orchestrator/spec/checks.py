@@ -1,0 +1,55 @@
+"""What every table of a sweep file is checked with: the one error, unknown keys, types, axes, control characters."""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable
+from typing import Any
+
+
+class SpecError(ValueError):
+    """A sweep file is invalid; the message is one line naming the key or path and the fix."""
+
+
+def unknown_keys(where: str, table: dict[str, Any], allowed: set[str]) -> None:
+    extra = sorted(set(table) - allowed)
+    if extra:
+        raise SpecError(f"{where}: unknown key {extra[0]!r}; allowed keys: {', '.join(sorted(allowed))}")
+
+
+def typed(where: str, value: Any, kind: type | tuple[type, ...], hint: str) -> Any:
+    # bool is an int in Python; a sweep file that says opt_level = true is wrong, not 1.
+    if isinstance(value, bool) and kind is not bool and (kind is int or (isinstance(kind, tuple) and bool not in kind)):
+        raise SpecError(f"{where} = {value!r}: expected {hint}")
+    if not isinstance(value, kind):
+        raise SpecError(f"{where} = {value!r}: expected {hint}")
+    return value
+
+
+def axis(where: str, value: Any, check: Callable[[Any], bool], hint: str) -> tuple[Any, ...]:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise SpecError(f"{where} is empty: list at least one of {hint}")
+    for v in values:
+        if isinstance(v, bool) or not check(v):
+            raise SpecError(f"{where}: {v!r} is not valid; use {hint}")
+    return tuple(dict.fromkeys(values))  # drop duplicates, keep the order the user wrote
+
+
+def no_control_characters(where: str, value: Any) -> None:
+    """Refuse control characters in any string: names and paths are printed on terminals, where an escape
+    sequence (ESC [ ...) would recolour, retitle or hide text on the screen of whoever lists the results."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            no_control_characters(f"{where}.{key}" if where else str(key), item)
+            no_control_characters(f"{where} key", key)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            no_control_characters(f"{where}[{i}]", item)
+    elif isinstance(value, str):
+        bad = next((c for c in value if unicodedata.category(c) == "Cc"), None)
+        if bad is not None:
+            raise SpecError(
+                f"{where} = {value!r} contains the control character U+{ord(bad):04X}; remove it "
+                "(names and paths are printed on terminals)"
+            )

@@ -1,0 +1,217 @@
+"""Sweep files: TOML in, a validated ``SweepSpec`` out, or one ``SpecError`` line naming the culprit.
+
+A sweep file looks like::
+
+    name = "quickstart"
+
+    [[models]]
+    onnx = "light_squeezenet"          # bundled with the onnx package, or: path = "models/net.onnx"
+    inputs = { data_0 = [1, 3, 224, 224] }   # only where the file leaves dimensions symbolic
+
+    [[targets]]
+    preset = "host"                     # or: name = "..." with target = { kind = "llvm", ... }, board_key
+
+    [axes]
+    executor = ["vm-bytecode", "vm-compiled"]
+    opt_level = [0, 2]
+    pipeline = ["per-target"]
+
+    [measure]
+    number = 10
+    repeat = 3
+
+    [tuning]                            # only with a tuning axis: tuning = [0, 64, 512] in [axes]
+    cost_model = "xgb"
+
+    [tolerance]
+    atol = 1e-4
+    rtol = 1e-3
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.spec.checks import SpecError, axis, no_control_characters, typed, unknown_keys
+from orchestrator.spec.measure import parse_measure
+from orchestrator.spec.models import parse_model
+from orchestrator.spec.targets import check_mcu_pairing, check_tunable, parse_target
+from orchestrator.spec.tuning import MAX_TUNING_BUDGET, parse_tuning
+from tvmbench.core.errors import describe_missing
+from tvmbench.core.records import PIPELINES, MeasureSettings, ModelRef, TargetSpec, TuningSettings, canonical_hash
+from workers.executors import registry
+from workers.executors.registry import KERNEL_PATHS
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    label: str
+    models: tuple[ModelRef, ...]
+    targets: tuple[TargetSpec, ...]
+    executors: tuple[str, ...]
+    opt_levels: tuple[int, ...]
+    pipelines: tuple[str, ...]
+    measure: MeasureSettings
+    model_paths: dict[str, Path]  # sha256 -> file, for the builds
+    source: str  # the TOML text, kept with the sweep so it can be resumed
+    source_path: str
+    kernels: tuple[str, ...] = ("c",)  # executors with a kernels axis (aot-c): "c" and/or "llvm" codegen
+    tunings: tuple[int, ...] = (0,)  # MetaSchedule trial budgets; 0 = untuned
+    tuning: TuningSettings = field(default_factory=TuningSettings)
+    input_files: dict[str, Path] = field(default_factory=dict)  # sha256 -> .npz of a model's inputs
+    default_target: bool = False  # the file has no [[targets]]: the "host" preset was used
+
+    @property
+    def sweep_id(self) -> str:
+        """Content hash: the same file (and label) submitted twice is one sweep."""
+        return canonical_hash(
+            {
+                # Input ranges or an inputs file only where given (older sweep ids stay the same).
+                "models": [(m.sha256, m.inputs, *m.input_values().values()) for m in self.models],
+                "targets": [t.__dict__ for t in self.targets],
+                "executors": self.executors,
+                "opt_levels": self.opt_levels,
+                "pipelines": self.pipelines,
+                "measure": self.measure.identity(),  # sampling keys only when set: older ids stay
+                "label": self.label,
+                # Only sweeps with an executor that takes the kernels axis carry it (older sweep ids stay the same).
+                **({"kernels": self.kernels} if any(registry.get(e).kernel_paths for e in self.executors) else {}),
+                # Likewise only tuned sweeps carry the tuning axis and settings.
+                **({"tunings": self.tunings, "tuning": self.tuning.__dict__} if any(self.tunings) else {}),
+            }
+        )[:12]
+
+
+_TOP_KEYS = {"name", "label", "models", "targets", "axes", "measure", "tolerance", "tuning"}
+_AXES_DEFAULTS: dict[str, list[Any]] = {
+    "executor": ["vm-bytecode"],
+    "opt_level": [2],
+    "pipeline": ["per-target"],
+    "kernels": ["c"],
+    "tuning": [0],
+}
+
+
+def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> SweepSpec:
+    """Validate sweep-file text; relative model paths resolve against ``base``."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{source_path}: not valid TOML ({exc}); fix the syntax at that line") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise SpecError(f"{source_path}: arrays or tables nested too deeply to read; flatten them") from None
+    unknown_keys("sweep file", data, _TOP_KEYS)
+    no_control_characters("", data)
+    name = typed("name", data.get("name", Path(source_path).stem), str, "a string")
+    label = typed("label", data.get("label", ""), str, "a string")
+
+    raw_models = data.get("models")
+    if not isinstance(raw_models, list) or not raw_models:
+        raise SpecError(
+            'models: add at least one [[models]] table with path = "file.onnx" or onnx = "light_squeezenet"'
+        )
+    models, paths, input_files = [], {}, {}
+    for i, table in enumerate(raw_models):
+        model, path, inputs_file = parse_model(f"models[{i}]", table, base)
+        models.append(model)
+        paths[model.sha256] = path
+        if inputs_file is not None:
+            input_files[model.inputs_file_sha256] = inputs_file
+    seen: dict[Any, int] = {}
+    for i, m in enumerate(models):  # the same content with the same inputs is the same job under two names
+        same = seen.setdefault(canonical_hash([m.sha256, m.inputs, m.input_values()]), i)
+        if same != i:
+            raise SpecError(
+                f"models[{i}] ({m.name}) is the same model as models[{same}] ({models[same].name}): the same "
+                "file content with the same inputs; list it once (or give it other inputs or input_ranges)"
+            )
+    if len({m.name for m in models}) != len(models):
+        raise SpecError('models: two models share a name; give each a distinct name = "..."')
+
+    default_target = "targets" not in data
+    raw_targets = data.get("targets", [{"preset": "host"}])
+    if not isinstance(raw_targets, list) or not raw_targets:
+        raise SpecError('targets: add at least one [[targets]] table, e.g. preset = "host"')
+    targets = tuple(parse_target(f"targets[{i}]", t) for i, t in enumerate(raw_targets))
+    if len({t.name for t in targets}) != len(targets):
+        raise SpecError('targets: two targets share a name; give each a distinct name = "..."')
+
+    axes = typed("[axes]", data.get("axes", {}), dict, "a table")
+    unknown_keys("[axes]", axes, set(_AXES_DEFAULTS))
+    executors = axis(
+        "axes.executor",
+        axes.get("executor", _AXES_DEFAULTS["executor"]),
+        lambda v: v in registry.NAMES,
+        " or ".join(f'"{e}"' for e in registry.NAMES),
+    )
+    opt_levels = axis(
+        "axes.opt_level",
+        axes.get("opt_level", _AXES_DEFAULTS["opt_level"]),
+        lambda v: isinstance(v, int) and 0 <= v <= 3,
+        "integers 0 to 3",
+    )
+    pipelines = axis(
+        "axes.pipeline",
+        axes.get("pipeline", _AXES_DEFAULTS["pipeline"]),
+        lambda v: v in PIPELINES,
+        " or ".join(f'"{p}"' for p in PIPELINES),
+    )
+    kernels = axis(
+        "axes.kernels",
+        axes.get("kernels", _AXES_DEFAULTS["kernels"]),
+        lambda v: v in KERNEL_PATHS,
+        " or ".join(f'"{k}"' for k in KERNEL_PATHS),
+    )
+    tunings = axis(
+        "axes.tuning",
+        axes.get("tuning", _AXES_DEFAULTS["tuning"]),
+        lambda v: isinstance(v, int) and 0 <= v <= MAX_TUNING_BUDGET,
+        f"trial budgets: integers from 0 (untuned) to {MAX_TUNING_BUDGET}",
+    )
+    if "tuning" in data and not any(tunings):
+        raise SpecError("[tuning]: the sweep tunes nothing; add tuning = [0, 64] (trial budgets) to [axes]")
+    tuning = parse_tuning(data)
+    if any(tunings):
+        check_tunable(targets, executors)
+    check_mcu_pairing(targets, executors)
+
+    return SweepSpec(
+        kernels=kernels,
+        name=name,
+        label=label,
+        models=tuple(models),
+        targets=targets,
+        executors=executors,
+        opt_levels=opt_levels,
+        pipelines=pipelines,
+        measure=parse_measure(data),
+        tunings=tunings,
+        tuning=tuning,
+        model_paths=paths,
+        source=text,
+        source_path=source_path,
+        input_files=input_files,
+        default_target=default_target,
+    )
+
+
+def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:
+    """Read and validate a sweep file; ``label`` (if given) overrides the file's, making a new sweep."""
+    path = Path(path)
+    if not path.is_file():
+        what = "no such sweep file" if not path.exists() and not path.is_symlink() else describe_missing(path)
+        raise SpecError(f"{path}: {what}; give the path to a .toml file")
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a text file; a sweep file is TOML") from None
+    # The absolute path is stored with the sweep: `sweep resume` then works from any directory.
+    spec = parse_spec(text, base=path.resolve().parent, source_path=str(path.resolve()))
+    if label is not None:
+        no_control_characters("--label", label)
+        spec = SweepSpec(**{**spec.__dict__, "label": label})
+    return spec

@@ -1,0 +1,83 @@
+"""The [[targets]] tables of a sweep file (a preset, or a TVM target of its own), and which executors fit them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.spec.checks import SpecError, typed, unknown_keys
+from tvmbench.core.records import TargetSpec
+from workers.aot.boards import BOARDS, is_mcu_target
+from workers.executors import registry
+from workers.targets import PRESETS, resolve_target
+
+_TARGET_KEYS = {"preset", "name", "target", "board_key", "arch", "cross_compiler", "emulated"}
+
+
+def parse_target(where: str, table: Any) -> TargetSpec:
+    if not isinstance(table, dict):
+        raise SpecError(f'{where}: expected a table like {{ preset = "host" }}')
+    unknown_keys(where, table, _TARGET_KEYS)
+    if "preset" in table:
+        preset = typed(f"{where}.preset", table["preset"], str, "a preset name")
+        if preset not in PRESETS:
+            raise SpecError(f"{where}.preset = {preset!r} is unknown; presets: {', '.join(sorted(PRESETS))}")
+        overrides = {k: v for k, v in table.items() if k != "preset"}
+        if not overrides:
+            return PRESETS[preset]
+        name = overrides.pop("name", preset)
+        merged = {
+            **PRESETS[preset].__dict__,
+            **({"tvm_target": overrides.pop("target")} if "target" in overrides else {}),
+        }
+        merged.update(overrides)
+        merged["name"] = name
+        return TargetSpec(**merged)
+    if "name" not in table or "target" not in table:
+        raise SpecError(f'{where}: give preset = "host", or name = "..." with target = {{ kind = "llvm", ... }}')
+    name = typed(f"{where}.name", table["name"], str, "a string")
+    typed(f"{where}.target", table["target"], dict, 'a TVM target table such as { kind = "llvm", mtriple = "..." }')
+    for key, kind, hint in (
+        ("board_key", str, "a tracker key string"),
+        ("arch", str, "a machine name like aarch64"),
+        ("cross_compiler", str, "a compiler command"),
+        ("emulated", bool, "true or false"),
+    ):
+        if key in table:
+            typed(f"{where}.{key}", table[key], kind, hint)
+    if "arch" not in table and name not in PRESETS:  # a preset's name brings its arch along
+        raise SpecError(f'{where}: add arch = "aarch64" (the board\'s `uname -m`) to target {name!r}')
+    return resolve_target(name, table)
+
+
+def check_tunable(targets: tuple[TargetSpec, ...], executors: tuple[str, ...]) -> None:
+    """Tuning (MetaSchedule on the farm) applies to the Relax VM executors on llvm targets."""
+    from workers.targets import target_kind
+
+    if not any(registry.get(e).tunable for e in executors):
+        raise SpecError('axes.tuning: tuning needs a Relax VM executor; add "vm-bytecode" to axes.executor')
+    tunable = [t for t in targets if target_kind(t.tvm_target) == "llvm"]
+    if not tunable:
+        raise SpecError(
+            f"axes.tuning: no target to tune; tuning covers llvm (CPU) targets, and {targets[0].name} is "
+            f"{target_kind(targets[0].tvm_target)}"
+        )
+
+
+def check_mcu_pairing(targets: tuple[TargetSpec, ...], executors: tuple[str, ...]) -> None:
+    """Each target needs an executor of the sweep that builds for it (microcontrollers take only aot-c,
+    the other targets never take it), and a microcontroller-only executor needs a microcontroller."""
+    sample_mcu = PRESETS[next(iter(BOARDS))]
+    for e in executors:
+        if registry.accepts(e, sample_mcu) and not any(registry.accepts(e, t) for t in targets):
+            raise SpecError(
+                f'axes.executor: "{e}" needs a microcontroller target; add [[targets]] preset = '
+                f'"{next(iter(BOARDS))}" (presets: {", ".join(BOARDS)})'
+            )
+        # A VM executor beside aot-c on microcontrollers only plans no jobs of its own: allowed.
+    for t in targets:
+        if any(registry.accepts(e, t) for e in executors):
+            continue
+        fitting = next(n for n in registry.NAMES if registry.accepts(n, t))
+        if is_mcu_target(t.tvm_target):
+            raise SpecError(f'targets: {t.name} is a microcontroller: add "{fitting}" to axes.executor')
+        raise SpecError(f'targets: {t.name} is not a microcontroller; add a Relax VM executor such as "{fitting}"')
