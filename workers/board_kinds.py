@@ -12,7 +12,9 @@ boards this machine can start and provision) all read it.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,26 +47,34 @@ class McuBoard:
 
 @dataclass(frozen=True)
 class BoardKind:
-    """One kind of board: the preset that builds for it and how its agent starts."""
+    """One kind of board: what its preset builds (the TargetSpec fields) and how its agent starts."""
 
-    target: TargetSpec  # the preset of the same name
+    name: str  # the preset name a sweep file uses
+    key: str  # the tracker key its boards register under
+    arch: str  # the machine an artifact must run on (`uname -m`; the core of a microcontroller)
+    # TVM target dict or {"tag": ...}; a function is asked on first use (the host's CPU: a cached file, or TVM)
+    tvm_target: dict[str, Any] | Callable[[], dict[str, Any]]
+    cross_compiler: str | None = None
+    cross_compiler_package: str | None = None  # Debian packages (space-separated): compiler and its libc
+    emulated: bool = False  # timings come from an emulator and say nothing about real speed
     agent: Agent = "native"
     emulator: str | None = None  # qemu-user: the qemu binary the launcher needs
     emulator_package: str | None = None  # qemu-user: the Debian package providing it
     mcu: McuBoard | None = None  # mcu: the firmware board
 
-    @property
-    def name(self) -> str:
-        return self.target.name
-
-    @property
-    def key(self) -> str:
-        """The tracker key its boards register under."""
-        return self.target.board_key
-
-    @property
-    def emulated(self) -> bool:
-        return self.target.emulated
+    @cached_property
+    def target(self) -> TargetSpec:
+        """The preset of this kind (workers.targets.PRESETS[name])."""
+        tvm_target = self.tvm_target() if callable(self.tvm_target) else self.tvm_target
+        return TargetSpec(
+            name=self.name,
+            tvm_target=tvm_target,
+            board_key=self.key,
+            arch=self.arch,
+            cross_compiler=self.cross_compiler,
+            cross_compiler_package=self.cross_compiler_package,
+            emulated=self.emulated,
+        )
 
     @property
     def platform(self) -> Literal["linux", "mcu"]:
@@ -117,15 +127,16 @@ _CORTEX_M_GCC = {
 
 def _mcu(board: McuBoard) -> BoardKind:
     """An emulated Cortex-M board (executor aot-c): firmware built with arm-none-eabi-gcc, run under QEMU."""
-    target = TargetSpec(
+    return BoardKind(
         name=board.name,
-        tvm_target={"kind": "c", "mcpu": board.cpu},  # TVM's C target naming the core
-        board_key=board.board_key,
+        key=board.board_key,
         arch=board.cpu,
+        tvm_target={"kind": "c", "mcpu": board.cpu},  # TVM's C target naming the core
         emulated=True,
+        agent="mcu",
+        mcu=board,
         **_CORTEX_M_GCC,
     )
-    return BoardKind(target, agent="mcu", mcu=board)
 
 
 # mps2-an385/an386: 4 MB of code memory at 0x0 and 4 MB of RAM at 0x20000000; SysTick runs at 25 MHz.
@@ -168,25 +179,21 @@ _CORTEX_M3 = McuBoard(
 KINDS: dict[str, BoardKind] = {
     k.name: k
     for k in (
-        BoardKind(TargetSpec(name="host", tvm_target=host_target(), board_key="host", arch=host_arch())),
+        BoardKind(name="host", key="host", arch=host_arch(), tvm_target=host_target),
         BoardKind(
-            TargetSpec(
-                name="rpi4",
-                tvm_target={"tag": "raspberry-pi/4b-aarch64"},
-                board_key="rpi4",
-                arch="aarch64",
-                **_ARM64_GCC,
-            )
+            name="rpi4",
+            tvm_target={"tag": "raspberry-pi/4b-aarch64"},
+            key="rpi4",
+            arch="aarch64",
+            **_ARM64_GCC,
         ),
         BoardKind(
-            TargetSpec(
-                name="arm64-emu",
-                tvm_target={"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]},
-                board_key="arm64-emu",
-                arch="aarch64",
-                emulated=True,
-                **_ARM64_GCC,
-            ),
+            name="arm64-emu",
+            tvm_target={"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]},
+            key="arm64-emu",
+            arch="aarch64",
+            emulated=True,
+            **_ARM64_GCC,
             agent="qemu-user",
             emulator="qemu-aarch64-static",
             emulator_package="qemu-user-static",
@@ -195,70 +202,60 @@ KINDS: dict[str, BoardKind] = {
         # Without "mfloat-abi": "hard" LLVM emits soft-float calls and arm-linux-gnueabihf-gcc refuses
         # to link them ("uses VFP register arguments").
         BoardKind(
-            TargetSpec(
-                name="rpi3",
-                tvm_target={
-                    "kind": "llvm",
-                    "mtriple": "armv7l-linux-gnueabihf",
-                    "mcpu": "cortex-a53",
-                    "mattr": ["+neon"],
-                    "mfloat-abi": "hard",
-                    "num-cores": 4,
-                },
-                board_key="rpi3",
-                arch="armv7l",
-                **_ARMHF_GCC,
-            )
+            name="rpi3",
+            tvm_target={
+                "kind": "llvm",
+                "mtriple": "armv7l-linux-gnueabihf",
+                "mcpu": "cortex-a53",
+                "mattr": ["+neon"],
+                "mfloat-abi": "hard",
+                "num-cores": 4,
+            },
+            key="rpi3",
+            arch="armv7l",
+            **_ARMHF_GCC,
         ),
         BoardKind(
-            TargetSpec(
-                name="armv7",
-                tvm_target={
-                    "kind": "llvm",
-                    "mtriple": "armv7l-linux-gnueabihf",
-                    "mattr": ["+neon"],
-                    "mfloat-abi": "hard",
-                },
-                board_key="armv7",
-                arch="armv7l",
-                **_ARMHF_GCC,
-            )
+            name="armv7",
+            tvm_target={
+                "kind": "llvm",
+                "mtriple": "armv7l-linux-gnueabihf",
+                "mattr": ["+neon"],
+                "mfloat-abi": "hard",
+            },
+            key="armv7",
+            arch="armv7l",
+            **_ARMHF_GCC,
         ),
         # RV64GC Linux boards (SiFive U74: VisionFive 2, HiFive Unmatched); lp64d matches Debian's ABI.
         BoardKind(
-            TargetSpec(
-                name="riscv64",
-                tvm_target={
-                    "kind": "llvm",
-                    "mtriple": "riscv64-linux-gnu",
-                    "mcpu": "sifive-u74",
-                    "mattr": ["+64bit", "+m", "+a", "+f", "+d", "+c"],
-                    "mabi": "lp64d",
-                },
-                board_key="riscv64",
-                arch="riscv64",
-                **_RISCV64_GCC,
-            )
+            name="riscv64",
+            tvm_target={
+                "kind": "llvm",
+                "mtriple": "riscv64-linux-gnu",
+                "mcpu": "sifive-u74",
+                "mattr": ["+64bit", "+m", "+a", "+f", "+d", "+c"],
+                "mabi": "lp64d",
+            },
+            key="riscv64",
+            arch="riscv64",
+            **_RISCV64_GCC,
         ),
         # Jetson AGX Orin: CUDA kernels for sm_87, host code for its Cortex-A78AE cores. The .so
         # carries CUDA C source that the board compiles on load (nvrtc), so no nvcc is needed here.
         BoardKind(
-            TargetSpec(
-                name="jetson-orin",
-                tvm_target={"tag": "nvidia/jetson-agx-orin-64gb"},
-                board_key="jetson-orin",
-                arch="aarch64",
-                **_ARM64_GCC,
-            )
+            name="jetson-orin",
+            tvm_target={"tag": "nvidia/jetson-agx-orin-64gb"},
+            key="jetson-orin",
+            arch="aarch64",
+            **_ARM64_GCC,
         ),
         # An A100-class GPU server of this machine's architecture; builds here with no GPU.
         BoardKind(
-            TargetSpec(
-                name="cuda-sm80",
-                tvm_target={"kind": "cuda", "arch": "sm_80", "host": {"kind": "llvm"}},
-                board_key="cuda-sm80",
-                arch=host_arch(),
-            )
+            name="cuda-sm80",
+            tvm_target={"kind": "cuda", "arch": "sm_80", "host": {"kind": "llvm"}},
+            key="cuda-sm80",
+            arch=host_arch(),
         ),
         _mcu(_CORTEX_M4),
         _mcu(_CORTEX_M3),

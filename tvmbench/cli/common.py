@@ -7,28 +7,20 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
-from db.store import (
-    ResultStore,
-    StoreError,
-    check_backend,
-    check_sqlite_path,
-    default_url,
-    ensure_home,
-    sqlite_path,
-)
 from db.urls import redact
-from orchestrator.farm import FarmError
-from orchestrator.spec import SpecError, SweepSpec, load_spec
-from orchestrator.submit import NotFound, SubmitError
 from tvmbench.answers import table
-from tvmbench.answers.query import NoSuchJob, QueryError
-from tvmbench.core.errors import one_line
+
+# The library (SQLAlchemy, numpy, onnx, TVM, Ray) loads inside the commands that use it: `tvmbench --help`
+# and a query of the results stay fast (benchmarks/startup.py; tests/test_cli_startup.py).
+if TYPE_CHECKING:
+    from db.store import ResultStore
+    from orchestrator.spec import SweepSpec
 
 T = TypeVar("T")
 
@@ -108,6 +100,8 @@ def note(message: str) -> None:
 
 def home() -> Path:
     """TVMBENCH_HOME, created if missing (one error line when it cannot be a folder: exit 2, bad input)."""
+    from db.store import StoreError, ensure_home
+
     try:
         return ensure_home()
     except StoreError as exc:
@@ -126,6 +120,9 @@ def open_store(db: str | None, read_only: bool = False) -> ResultStore:
     tvmbench database and an older schema are each one line; a database it cannot write (a read-only
     mount) works; a SQLite file that does not exist yet (a fresh machine) reads as an empty database.
     """
+    from db.store import ResultStore, StoreError, check_backend, check_sqlite_path, default_url, sqlite_path
+    from tvmbench.core.errors import one_line
+
     try:
         if read_only:
             url = db or default_url()
@@ -150,6 +147,8 @@ def print_json(data: Any) -> None:
 
 def load(path: Path, label: str | None = None) -> SweepSpec:
     """The validated sweep file, or its one-line error (exit 2)."""
+    from orchestrator.spec import SpecError, load_spec
+
     try:
         return load_spec(path, label=label)
     except SpecError as exc:
@@ -162,10 +161,34 @@ def failures_as_lines() -> Iterator[None]:
     """The library's own errors (each one line saying what to do) end the command: exit 2 for bad input, else 1."""
     try:
         yield
-    except (QueryError, SpecError, NotFound, NoSuchJob) as exc:
-        fail(str(exc), code=2)
-    except (FarmError, SubmitError) as exc:
-        fail(str(exc))
+    except Exception as exc:
+        code = _failure_code(exc)
+        if code is None:
+            raise
+        fail(str(exc), code=code)
+
+
+# (module, exception, exit status): the library's errors that end a command with their one line. An error
+# whose module was never imported cannot have been raised, so only loaded modules are asked (no import here).
+_LIBRARY_FAILURES = (
+    ("db.lookup", "QueryError", 2),
+    ("tvmbench.answers.query", "QueryError", 2),
+    ("tvmbench.answers.query", "NoSuchJob", 2),
+    ("orchestrator.spec", "SpecError", 2),
+    ("orchestrator.submit", "NotFound", 2),
+    ("orchestrator.farm", "FarmError", 1),
+    ("orchestrator.submit", "SubmitError", 1),
+)
+
+
+def _failure_code(exc: Exception) -> int | None:
+    """The exit status of a library error (2 bad input or nothing found, 1 otherwise); None for anything else."""
+    for module, name, code in _LIBRARY_FAILURES:
+        loaded = sys.modules.get(module)
+        kind = getattr(loaded, name, None) if loaded is not None else None
+        if isinstance(kind, type) and isinstance(exc, kind):
+            return code
+    return None
 
 
 def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -1,4 +1,4 @@
-"""`tvmbench farm ...`: the device farm, a TVM RPC tracker and its boards (orchestrator/farm.py)."""
+"""`tvmbench farm ...`: the device farm, a TVM RPC tracker and its boards (orchestrator/farm/)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from orchestrator import farm
-from tvmbench.answers import columns, query, report
+from tvmbench.answers import columns, report
 from tvmbench.cli.common import (
     MAX_BOARDS,
     NOT_FOUND,
@@ -103,6 +103,8 @@ def farm_list(
     ] = True,
 ) -> None:
     """Every board the tracker knows: key, state (free/busy), and its facts (live, else from the database)."""
+    from tvmbench.answers import query
+
     tables(wide, only, tsv)
     address = tracker or farm.configured_tracker(home())
     if not address:

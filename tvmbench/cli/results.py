@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from tvmbench.answers import analysis_views, columns, compare, html_report, query, ranking, regressions, report, why
+from tvmbench.answers import analysis_views, columns, report
 from tvmbench.answers import tuning as tuning_answers
 from tvmbench.cli.common import (
     ColumnsOpt,
@@ -40,6 +40,8 @@ def results_list(
     tsv: TsvOpt = False,
 ) -> None:
     """One row per job: configuration, status, median latency, error against ONNX Runtime."""
+    from tvmbench.answers import query
+
     tables(wide, only, tsv)
     with failures_as_lines():  # an unknown or ambiguous --sweep: one line, exit 2
         rows = query.results(open_store(db, read_only=True), sweep)
@@ -54,6 +56,8 @@ def results_sweeps(
     db: DbOpt = None, as_json: JsonOpt = False, wide: WideOpt = False, only: ColumnsOpt = None, tsv: TsvOpt = False
 ) -> None:
     """The sweeps in the database, newest first, with their progress (jobs final / ok / failed / pending)."""
+    from tvmbench.answers import query
+
     tables(wide, only, tsv)
     rows = query.sweeps_overview(open_store(db, read_only=True))
     if as_json:
@@ -81,6 +85,8 @@ def results_show(
     tsv: TsvOpt = False,
 ) -> None:
     """One job: configuration, build facts, pass trace, samples, errors, top kernels; --diff another job."""
+    from tvmbench.answers import why
+
     tables(wide, only, tsv)
     with failures_as_lines():  # unknown jobs or sweeps: one line, exit 2
         shown = why.explain_job(open_store(db, read_only=True), job, sweep, diff, diff_sweep)
@@ -125,6 +131,8 @@ def _when(value: str | None, option: str) -> datetime | None:
 
 
 def _filters(sweep, model, target, board, executor, opt_level, pipeline, status, since, until):
+    from tvmbench.answers import query
+
     return query.Filters(
         sweep=sweep,
         model=model,
@@ -179,6 +187,8 @@ def results_query(
     as_csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
 ) -> None:
     """Filter results; optionally group (counts, median/fastest/slowest of ok medians) or pivot them."""
+    from tvmbench.answers import query
+
     tables(wide, only, tsv)
     if max_memory_mb is not None and max_memory_mb <= 0:
         fail(f"--max-memory-mb {max_memory_mb:g}: give the board's memory in MB, e.g. --max-memory-mb 512", code=2)
@@ -233,6 +243,8 @@ def results_best(
     tsv: TsvOpt = False,
 ) -> None:
     """Per (model, board): the fastest configuration whose outputs were correct, its speed-ups and certainty."""
+    from tvmbench.answers import ranking
+
     tables(wide, only, tsv)
     filters = _filters(sweep, model, target, board, executor, None, pipeline, None, None, None)
     with failures_as_lines():
@@ -259,6 +271,8 @@ def results_compare(
     tsv: TsvOpt = False,
 ) -> None:
     """Matched jobs of two sweeps: ratio B/A, its CI, a rank test on the samples; exit 1 on regressions."""
+    from tvmbench.answers import compare
+
     tables(wide, only, tsv)
     with failures_as_lines():
         check_range("--threshold", threshold, 0)
@@ -293,6 +307,8 @@ def results_regressions(
     tsv: TsvOpt = False,
 ) -> None:
     """Results slower than their own history (same model, target, executor, opt_level, pipeline, board key)."""
+    from tvmbench.answers import regressions
+
     tables(wide, only, tsv)
     filters = _filters(sweep, model, target, board, executor, None, None, None, None, None)
     check_range("--lookback", lookback, 1)
@@ -321,6 +337,8 @@ def results_history(
     tsv: TsvOpt = False,
 ) -> None:
     """One configuration over time: every result, oldest first, each judged against the ones before it."""
+    from tvmbench.answers import regressions
+
     tables(wide, only, tsv)
     with failures_as_lines():
         data = regressions.history(
@@ -342,6 +360,8 @@ def report_cmd(
     db: DbOpt = None,
 ) -> None:
     """One self-contained HTML report of a sweep: latency plots, ranking, regressions, failures."""
+    from tvmbench.answers import html_report
+
     if output.is_dir():
         fail(f"-o {output} is a directory: give a file path such as {output / 'report.html'}", code=2)
     try:

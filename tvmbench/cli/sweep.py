@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from db.urls import password_in, shown_url
-from orchestrator import interrupts, plan, scheduler, submit
-from orchestrator.resume import resume_spec
-from orchestrator.spec import SweepSpec
-from tvmbench.answers import columns, query, report
+from tvmbench.answers import columns, report
 from tvmbench.answers.table import short_id
 from tvmbench.cli.common import (
     MAX_BOARDS,
@@ -36,6 +33,9 @@ from tvmbench.cli.common import (
     tables,
 )
 from tvmbench.cli.progress import progress_bar
+
+if TYPE_CHECKING:  # the orchestrator (Ray, TVM, onnx) loads inside the commands that run it
+    from orchestrator.spec import SweepSpec
 
 app = typer.Typer(no_args_is_help=True, help="Plan and run sweeps.")
 
@@ -71,6 +71,8 @@ def sweep_plan(
     tsv: TsvOpt = False,
 ) -> None:
     """Dry run: the job matrix, what is already built or measured, and what will run."""
+    from orchestrator import plan
+
     tables(wide, only, tsv)
     spec = load(path, label)
     store = open_store(db, read_only=True)  # no database yet: nothing is cached, none is created
@@ -126,6 +128,9 @@ def _execute(
     farm_resource: str | None = None,
     reopen_cancelled: bool = False,
 ) -> None:
+    from orchestrator import interrupts, scheduler
+    from tvmbench.answers import query
+
     store = open_store(db)
     try:
         with progress_bar(err) as bar, failures_as_lines():
@@ -214,6 +219,8 @@ def sweep_resume(
     tsv: TsvOpt = False,
 ) -> None:
     """Finish a stored sweep: jobs without a final row run, and so do jobs `sweep cancel` ended."""
+    from orchestrator.resume import resume_spec
+
     tables(wide, only, tsv)
     store = open_store(db)
     sweep = call(store.get_sweep, sweep_id)  # a prefix of several sweeps: one line, exit 2
@@ -247,6 +254,8 @@ def sweep_submit(
     against --db, which must be a database every node reaches (PostgreSQL). Follow it with
     `sweep status`, `sweep logs`, `sweep cancel` from any machine.
     """
+    from orchestrator import submit
+
     if not path.is_file():
         fail(f"{path}: no such sweep file; give the path to a .toml file", code=2)
     if db and not db.startswith("sqlite"):
@@ -289,6 +298,8 @@ def sweep_status_cmd(
     tsv: TsvOpt = False,
 ) -> None:
     """Progress of a sweep: job counts from the database and the state of its Ray job."""
+    from orchestrator import submit
+
     tables(wide, only, tsv)
     status = call(submit.sweep_status, sweep_id, store=open_store(db, read_only=True), ray_address=ray_address)
     if as_json:
@@ -304,6 +315,7 @@ def sweep_logs_cmd(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
 ) -> None:
     """The log of a submitted sweep's Ray job (the output of `sweep run` on the head node)."""
+    from orchestrator import submit
 
     def write(text: str) -> None:
         sys.stdout.write(text)
@@ -332,6 +344,8 @@ def sweep_cancel(
     With --ray-address (a submitted sweep), the sweep's Ray job is stopped instead and its unfinished
     jobs stay pending, so submitting the same file again finishes them.
     """
+    from orchestrator import submit
+
     if ray_address:
         store = open_store(db) if db else None
         outcome = call(submit.cancel_sweep, sweep_id, ray_address=ray_address, store=store)

@@ -8,7 +8,6 @@ import typer
 
 from tvmbench.answers import columns, report
 from tvmbench.cli.common import ColumnsOpt, JsonOpt, TsvOpt, WideOpt, console, print_json, tables
-from workers.targets import PRESETS
 
 app = typer.Typer(no_args_is_help=True, help="Target presets.")
 
@@ -16,6 +15,8 @@ app = typer.Typer(no_args_is_help=True, help="Target presets.")
 @app.command("list")
 def targets_list(as_json: JsonOpt = False, wide: WideOpt = False, only: ColumnsOpt = None, tsv: TsvOpt = False) -> None:
     """Target presets usable as preset = "NAME" in a sweep file."""
+    from workers.targets import PRESETS
+
     tables(wide, only, tsv)
     rows = [
         {
