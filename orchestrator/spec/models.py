@@ -24,7 +24,7 @@ from workers.onnx_model import (
 _MODEL_KEYS = {"name", "path", "onnx", "inputs", "input_ranges", "inputs_file"}
 
 
-def parse_model(where: str, table: Any, base: Path) -> tuple[ModelRef, Path]:
+def parse_model(where: str, table: Any, base: Path) -> tuple[ModelRef, Path, Path | None]:
     if not isinstance(table, dict):
         raise SpecError(f'{where}: expected a table like {{ path = "net.onnx" }}')
     unknown_keys(where, table, _MODEL_KEYS)
