@@ -548,16 +548,17 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
 
 
 def _check_tunable(targets: tuple[TargetSpec, ...], executors: tuple[str, ...]) -> None:
-    """Tuning (MetaSchedule on the farm) applies to the Relax VM executors on llvm targets."""
+    """Tuning (MetaSchedule on the farm) applies to the executors whose entry tunes the target's kind."""
     from workers.targets import target_kind
 
-    if not any(registry.get(e).tunable for e in executors):
-        raise SpecError('axes.tuning: tuning needs a Relax VM executor; add "vm-bytecode" to axes.executor')
-    tunable = [t for t in targets if target_kind(t.tvm_target) == "llvm"]
-    if not tunable:
+    if not set(executors) & set(registry.tunable_names()):
         raise SpecError(
-            f"axes.tuning: no target to tune; tuning covers llvm (CPU) targets, and {targets[0].name} is "
-            f"{target_kind(targets[0].tvm_target)}"
+            f'axes.tuning: tuning needs a Relax VM executor; add "{registry.tunable_names()[0]}" to axes.executor'
+        )
+    if not any(registry.tunable(e, t.tvm_target) for e in executors for t in targets):
+        raise SpecError(
+            f"axes.tuning: no target to tune; tuning covers {' and '.join(registry.tunable_kinds())} (CPU) targets, "
+            f"and {targets[0].name} is {target_kind(targets[0].tvm_target)}"
         )
 
 
