@@ -551,10 +551,9 @@ def _check_tunable(targets: tuple[TargetSpec, ...], executors: tuple[str, ...]) 
     """Tuning (MetaSchedule on the farm) applies to the executors whose entry tunes the target's kind."""
     from workers.targets import target_kind
 
-    if not set(executors) & set(registry.tunable_names()):
-        raise SpecError(
-            f'axes.tuning: tuning needs a Relax VM executor; add "{registry.tunable_names()[0]}" to axes.executor'
-        )
+    tuners = registry.tunable_names()
+    if not set(executors) & set(tuners):
+        raise SpecError(f'axes.tuning: tuning needs a Relax VM executor; add "{tuners[0]}" to axes.executor')
     if not any(registry.tunable(e, t.tvm_target) for e in executors for t in targets):
         raise SpecError(
             f"axes.tuning: no target to tune; tuning covers {' and '.join(registry.tunable_kinds())} (CPU) targets, "
