@@ -30,8 +30,8 @@ class BuildRequest:
     claim: ClaimFn | None = None
     # The build's host-fence hold (workers/fence.py): a tuned build lets go of it while candidates are timed.
     hold: Any = None
-    # What a tuned job (``job.tuning`` > 0) needs from the driver (a workers.tuning.stage.TuningEnv: the
-    # farm, the records, progress; not imported here, the tuning stage runs boards through this seam).
+    # What a tuned job (``job.tuning`` > 0) needs from the driver: a workers.tuning.stage.TuningEnv (not
+    # imported: workers.tuning imports workers.board_session, which imports this module).
     tuning_env: Any = None
     # The TVM toolchain to build with (the releases axis); None: the one this worker runs.
     toolchain: str | None = None
