@@ -33,6 +33,7 @@ def build(model: Any, name: str) -> tuple[bytes, dict[str, np.ndarray], Any]:
     from orchestrator.plan import plan_jobs
     from orchestrator.spec import load_spec
     from workers.executors.registry import build_job
+    from workers.executors.requests import BuildRequest
     from workers.onnx_model import seeded_inputs
 
     tmp = Path(tempfile.mkdtemp(prefix="tvmbench-fidelity-"))
@@ -40,7 +41,7 @@ def build(model: Any, name: str) -> tuple[bytes, dict[str, np.ndarray], Any]:
     (tmp / "s.toml").write_text(f'[[models]]\npath = "{tmp / name}.onnx"\n[[targets]]\npreset = "host"\n')
     spec = load_spec(tmp / "s.toml")
     job = plan_jobs(spec)[0]
-    built, data = build_job(job, (tmp / f"{name}.onnx").read_bytes())
+    built, data = build_job(BuildRequest(job, (tmp / f"{name}.onnx").read_bytes()))
     if data is None:
         raise SystemExit(f"build of {name} failed: {built.error}")
     return data, seeded_inputs(job.model.inputs, 0), job

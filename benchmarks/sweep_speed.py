@@ -42,12 +42,13 @@ from db.store import ResultStore
 from orchestrator.farm import LocalFarm
 from orchestrator.scheduler import ensure_ray, run_sweep
 from orchestrator.spec import SweepSpec, load_spec
-from tvmbench.core.records import Build, Job, MeasureSettings, ModelRef, Run, TargetSpec
+from tvmbench.core.records import Build, MeasureSettings, ModelRef, Run, TargetSpec
 from workers import model_zoo
 from workers.artifacts import ArtifactCache
 from workers.board_session import ok_run
 from workers.build_common import tvm_versions
 from workers.executors.base import Executor, not_mcu
+from workers.executors.requests import BuildRequest, MeasureRequest
 from workers.onnx_model import bundled_path
 from workers.tracker_client import request_session
 
@@ -176,7 +177,8 @@ def _json_tail(out: str) -> dict[str, Any]:
 class NoopBuilder:
     """A Builder that returns at once: a distinct program per build key, a one-byte artifact."""
 
-    def build(self, job: Job, model_data: bytes, *, claim: Any = None) -> tuple[Build, bytes | None]:
+    def build(self, request: BuildRequest) -> tuple[Build, bytes | None]:
+        job = request.job
         key = job.build_key("noop")
         return Build(
             build_key=job.build_key(_tvm_version()),
@@ -191,9 +193,10 @@ class NoopBuilder:
 class NoopRunner:
     """A Runner that returns an ok Run at once, without a board."""
 
-    def run(self, job: Job, build: Build, artifact: bytes, inputs: Any, reference: Any, tracker: str,
-            attempt: int = 1, builds_in_flight: int | None = None, **_board: Any) -> Run:  # fmt: skip
-        return ok_run([1.0], job_key=job.key, attempt=attempt, builds_in_flight=builds_in_flight)
+    def run(self, request: MeasureRequest) -> Run:
+        return ok_run(
+            [1.0], job_key=request.job.key, attempt=request.attempt, builds_in_flight=request.builds_in_flight
+        )
 
 
 def _tvm_version() -> str:

@@ -26,6 +26,7 @@ from workers import model_zoo
 from workers.artifacts import ArtifactCache
 from workers.build_common import tvm_versions
 from workers.executors import registry
+from workers.executors.requests import BuildRequest
 from workers.onnx_model import seeded_inputs
 from workers.reference import reference_outputs
 
@@ -103,7 +104,7 @@ def build_golden(job: Job, cache: ArtifactCache) -> GoldenModel | None:
     cached = cached_golden(golden, cache, version)
     if cached is not None:
         return cached
-    build, data = registry.build_job(golden, golden_model_data())
+    build, data = registry.build_job(BuildRequest(golden, golden_model_data()))
     if not build.ok or data is None:
         return None
     return remember_golden(golden, cache, version, data)

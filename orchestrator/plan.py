@@ -10,12 +10,6 @@ from orchestrator.spec import SweepSpec
 from tvmbench.core.records import Job
 from workers.build_common import tvm_versions
 from workers.executors import registry
-from workers.targets import target_kind
-
-
-def tunable(executor: str, tvm_target: dict) -> bool:
-    """Whether a job can be tuned: MetaSchedule over the farm covers the Relax VM on CPU (llvm) targets."""
-    return registry.get(executor).tunable and target_kind(tvm_target) == "llvm"
 
 
 def plan_jobs(spec: SweepSpec) -> list[Job]:
@@ -32,7 +26,7 @@ def plan_jobs(spec: SweepSpec) -> list[Job]:
         entry = registry.get(e)
         if not entry.accepts(t):
             continue
-        budgets = spec.tunings if tunable(e, t.tvm_target) else (0,)
+        budgets = spec.tunings if registry.tunable(e, t.tvm_target) else (0,)
         for k in [k for k in spec.kernels if k in entry.kernel_paths] or [None]:
             for budget in budgets:
                 jobs.append(

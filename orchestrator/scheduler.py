@@ -34,6 +34,7 @@ from workers.artifacts import ArtifactCache
 from workers.build_common import tvm_versions
 from workers.executors import registry
 from workers.executors.base import Builder, Executor, Runner
+from workers.executors.requests import BuildRequest, MeasureRequest
 from workers.onnx_model import load_inputs_file, seeded_inputs
 from workers.program_index import remote_claim, reuse_key, start_index
 from workers.reference import reference_outputs, reference_problem
@@ -92,17 +93,25 @@ def build_on_node(
 
     claim = remote_claim(index) if index is not None else None
     with local_fence(fence_host).building() as hold:
-        if job.tuning and hasattr(builder, "build_tuned"):  # the plan budgets only tunable executors
-            build, data = builder.build_tuned(job, model_data, hold=hold, tuning_env=tuning_env, claim=claim)
-        else:
-            build, data = builder.build(job, model_data, claim=claim)
+        # A tuned job tunes inside its build (the plan budgets only executors whose entry tunes the target).
+        build, data = builder.build(BuildRequest(job, model_data, claim=claim, hold=hold, tuning_env=tuning_env))
     node = ray.get_runtime_context().get_node_id()
     return replace(build, host=f"{build.host}/{node}"), data
 
 
-def measure_on_node(runner: Runner, *args: Any, **kwargs: Any) -> Run:
-    """``runner.run`` in a Ray task (no CPU: the board does the work)."""
-    return runner.run(*args, **kwargs)
+def measure_on_node(runner: Runner, request: MeasureRequest) -> Run:
+    """``runner.run`` in a Ray task (no CPU: the board does the work).
+
+    The request's artifact, inputs and reference may be object refs (put once, shared by many requests):
+    Ray resolves only a task's top-level arguments, so they are fetched here.
+    """
+    import ray
+
+    bulky = {f: getattr(request, f) for f in ("artifact", "inputs", "reference")}
+    refs = {f: v for f, v in bulky.items() if isinstance(v, ray.ObjectRef)}
+    if refs:
+        request = replace(request, **dict(zip(refs, ray.get(list(refs.values())), strict=True)))
+    return runner.run(request)
 
 
 def check_farm_resource(name: str) -> None:
@@ -699,8 +708,7 @@ class _Sweep:
     def _submit_measure(self, job: Job, attempt: int, builds_running: int) -> Any:
         inputs, reference = self._reference_refs(job)
         build_key = job.build_key(self.tvm_version)
-        return self.measure_fn.remote(
-            self._entry(job).runner,
+        request = MeasureRequest(
             job,
             self.builds[build_key],
             self.artifacts[build_key],
@@ -716,6 +724,7 @@ class _Sweep:
             golden=self._golden(job),
             checked_boards=frozenset(self.checked_boards),
         )
+        return self.measure_fn.remote(self._entry(job).runner, request)
 
     def _finish_measure(self, job: Job, attempt: int, ref: Any) -> Run:
         try:

@@ -12,6 +12,7 @@ from orchestrator.farm import LocalFarm
 from orchestrator.plan import plan_jobs
 from orchestrator.spec import parse_spec
 from workers.executors.registry import build_job, measure_job
+from workers.executors.requests import BuildRequest, MeasureRequest
 from workers.onnx_model import seeded_inputs
 from workers.reference import reference_outputs
 from workers.tracker_client import request_session
@@ -22,7 +23,7 @@ def built(models_dir: Path):
     text = "[[models]]\npath = 'two_outputs.onnx'\n[measure]\nnumber = 2\nrepeat = 4\ndevice_wait_s = 2\n"
     job = plan_jobs(parse_spec(text, base=models_dir))[0]
     data = (models_dir / "two_outputs.onnx").read_bytes()
-    build, lib = build_job(job, data)
+    build, lib = build_job(BuildRequest(job, data))
     assert build.ok, build.error
     inputs = seeded_inputs(job.model.inputs, job.measure.seed)
     return job, build, lib, inputs, reference_outputs(data, inputs)
@@ -30,7 +31,7 @@ def built(models_dir: Path):
 
 def test_ok_run_checks_outputs_and_keeps_every_sample(built, local_farm: LocalFarm) -> None:
     job, build, lib, inputs, reference = built
-    run = measure_job(job, build, lib, inputs, reference, local_farm.tracker)
+    run = measure_job(MeasureRequest(job, build, lib, inputs, reference, local_farm.tracker))
     assert run.status == "ok", run.error
     assert len(run.samples_ms) == 4 and all(s > 0 for s in run.samples_ms)
     assert run.min_ms <= run.median_ms <= run.max_ms
@@ -44,7 +45,7 @@ def test_ok_run_checks_outputs_and_keeps_every_sample(built, local_farm: LocalFa
 def test_wrong_output_is_wrong_result_not_a_latency(built, local_farm: LocalFarm) -> None:
     job, build, lib, inputs, reference = built
     skewed = [reference[0] + 0.5, reference[1]]
-    run = measure_job(job, build, lib, inputs, skewed, local_farm.tracker)
+    run = measure_job(MeasureRequest(job, build, lib, inputs, skewed, local_farm.tracker))
     assert run.status == "wrong-result"
     assert "output 0" in run.error and run.max_abs_err == pytest.approx(0.5, rel=1e-3)
     assert run.median_ms is None and run.samples_ms == ()
@@ -53,7 +54,7 @@ def test_wrong_output_is_wrong_result_not_a_latency(built, local_farm: LocalFarm
 def test_unknown_key_is_pending_device_at_once(built, local_farm: LocalFarm) -> None:
     job, build, lib, inputs, reference = built
     job = replace(job, target=replace(job.target, board_key="no-such-board"))
-    run = measure_job(job, build, lib, inputs, reference, local_farm.tracker)
+    run = measure_job(MeasureRequest(job, build, lib, inputs, reference, local_farm.tracker))
     assert run.status == "pending-device"
     assert "no-such-board" in run.error and "host" in run.error
 
@@ -62,7 +63,7 @@ def test_busy_key_gives_device_unavailable_at_the_deadline(built, local_farm: Lo
     job, build, lib, inputs, reference = built
     held = request_session(local_farm.tracker, "host", deadline_s=30, session_timeout_s=60)
     try:
-        run = measure_job(job, build, lib, inputs, reference, local_farm.tracker)
+        run = measure_job(MeasureRequest(job, build, lib, inputs, reference, local_farm.tracker))
     finally:
         del held
     assert run.status == "device-unavailable"

@@ -20,8 +20,9 @@ from orchestrator.farm import LocalFarm
 from orchestrator.spec import load_spec
 from tests.conftest import write_sweep
 from workers.artifacts import ArtifactCache
-from workers.board_session import Attempt, SessionRunner, ok_run
+from workers.board_session import SessionRunner, ok_run
 from workers.executors.base import Executor, not_mcu
+from workers.executors.requests import MeasureRequest
 from workers.tracker_client import Session
 
 HOLD_S = 1.0
@@ -32,7 +33,7 @@ class HoldingRunner(SessionRunner):
 
     checks_arch = False
 
-    def on_board(self, session: Session, attempt: Attempt, base: dict[str, Any]) -> Any:
+    def on_board(self, session: Session, request: MeasureRequest, base: dict[str, Any]) -> Any:
         started = time.time()
         time.sleep(HOLD_S)
         return ok_run([HOLD_S * 1e3], **{**base, "started_at": started})

@@ -28,6 +28,7 @@ from tvmbench.core.records import Build, Job, MeasureSettings, ModelRef, Run
 from workers import model_zoo
 from workers.artifacts import ArtifactCache
 from workers.executors.registry import build_job, measure_job
+from workers.executors.requests import BuildRequest, MeasureRequest
 from workers.onnx_model import seeded_inputs
 from workers.reference import reference_outputs
 from workers.targets import PRESETS
@@ -51,7 +52,7 @@ def _build(name: str, model, shape: tuple[int, ...], settings: MeasureSettings) 
     job = Job(
         model=ref, target=PRESETS["host"], executor="vm-bytecode", opt_level=2, pipeline="per-target", measure=settings
     )
-    build, artifact = build_job(job, data)
+    build, artifact = build_job(BuildRequest(job, data))
     assert build.ok and artifact is not None, build.error
     inputs = seeded_inputs(ref.inputs, 0)
     return Built(job, build, artifact, inputs, reference_outputs(data, inputs))
@@ -80,7 +81,7 @@ def farm2(tmp_path: Path) -> Iterator[LocalFarm]:
 def _measure(b: Built, tracker: str, **kwargs) -> Run:
     settings = kwargs.pop("settings", None)
     job = replace(b.job, measure=settings) if settings else b.job
-    return measure_job(job, b.build, b.artifact, b.inputs, b.reference, tracker, **kwargs)
+    return measure_job(MeasureRequest(job, b.build, b.artifact, b.inputs, b.reference, tracker, **kwargs))
 
 
 def _in_thread(fn) -> tuple[threading.Thread, list]:
@@ -166,12 +167,14 @@ def test_key_with_no_board_fails_fast_and_never_blocks(local_farm: LocalFarm, ti
     job = replace(tiny.job, target=replace(tiny.job.target, board_key="no-such-board"))
     started = time.monotonic()
     run = measure_job(
-        replace(job, measure=replace(job.measure, device_wait_s=2)),
-        tiny.build,
-        tiny.artifact,
-        tiny.inputs,
-        tiny.reference,
-        local_farm.tracker,
+        MeasureRequest(
+            replace(job, measure=replace(job.measure, device_wait_s=2)),
+            tiny.build,
+            tiny.artifact,
+            tiny.inputs,
+            tiny.reference,
+            local_farm.tracker,
+        )
     )
     elapsed = time.monotonic() - started
     assert run.status == "pending-device" and "'no-such-board'" in run.error and "farm list shows" in run.error, run
@@ -214,7 +217,7 @@ def test_tracker_restart_while_a_request_waits(farm2: LocalFarm, tiny: Built) ->
 def test_corrupted_artifact_is_never_uploaded(local_farm: LocalFarm, tiny: Built) -> None:
     bad = bytearray(tiny.artifact)
     bad[len(bad) // 2] ^= 0xFF
-    run = measure_job(tiny.job, tiny.build, bytes(bad), tiny.inputs, tiny.reference, local_farm.tracker)
+    run = measure_job(MeasureRequest(tiny.job, tiny.build, bytes(bad), tiny.inputs, tiny.reference, local_farm.tracker))
     assert run.status == "infra" and "sha256" in run.error and run.board_id is None, run
 
 

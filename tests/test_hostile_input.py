@@ -170,6 +170,7 @@ def test_operator_tvm_cannot_import_ends_as_one_model_row(tmp_path: Path, store)
     from orchestrator.plan import plan_jobs
     from orchestrator.spec import load_spec
     from workers.executors.registry import build_job
+    from workers.executors.requests import BuildRequest
 
     folder = tmp_path / "models"
     folder.mkdir()
@@ -188,7 +189,7 @@ def test_operator_tvm_cannot_import_ends_as_one_model_row(tmp_path: Path, store)
         model_sizes={job.model.sha256: path.stat().st_size},
         tvm_version="0.27",
     )
-    build, data = build_job(job, path.read_bytes())
+    build, data = build_job(BuildRequest(job, path.read_bytes()))
     assert build.status == "model" and data is None and "Det" in (build.error or ""), build
     store.save_build(job, build)
     assert store.get_build(build.build_key).status == "model"

@@ -12,6 +12,7 @@ from orchestrator.plan import plan_jobs
 from orchestrator.spec import parse_spec
 from tvmbench.core.records import Job
 from workers.executors.registry import build_job
+from workers.executors.requests import BuildRequest
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +31,9 @@ def cnn_data(models_dir: Path) -> bytes:
 
 
 def test_opt_level_changes_trace_and_program(cnn_jobs: dict, cnn_data: bytes) -> None:
-    b0, lib0 = build_job(cnn_jobs[("vm-bytecode", 0, "per-target")], cnn_data)
-    b2, _ = build_job(cnn_jobs[("vm-bytecode", 2, "per-target")], cnn_data)
-    b3, _ = build_job(cnn_jobs[("vm-bytecode", 3, "per-target")], cnn_data)
+    b0, lib0 = build_job(BuildRequest(cnn_jobs[("vm-bytecode", 0, "per-target")], cnn_data))
+    b2, _ = build_job(BuildRequest(cnn_jobs[("vm-bytecode", 2, "per-target")], cnn_data))
+    b3, _ = build_job(BuildRequest(cnn_jobs[("vm-bytecode", 3, "per-target")], cnn_data))
     assert b0.ok and b2.ok and b3.ok, (b0.error, b2.error, b3.error)
     # FuseOps/FuseTIR do nothing at opt_level 0, so level 0 leaves one kernel per operator.
     assert "FuseOps" in b2.pass_trace
@@ -49,15 +50,15 @@ def test_opt_level_changes_trace_and_program(cnn_jobs: dict, cnn_data: bytes) ->
 
 
 def test_pipelines_differ(cnn_jobs: dict, cnn_data: bytes) -> None:
-    generic, _ = build_job(cnn_jobs[("vm-bytecode", 2, "generic")], cnn_data)
-    fused, _ = build_job(cnn_jobs[("vm-bytecode", 2, "per-target")], cnn_data)
+    generic, _ = build_job(BuildRequest(cnn_jobs[("vm-bytecode", 2, "generic")], cnn_data))
+    fused, _ = build_job(BuildRequest(cnn_jobs[("vm-bytecode", 2, "per-target")], cnn_data))
     assert generic.ok, generic.error
     assert "FuseOps" not in generic.pass_trace  # tvm.compile's CPU pipeline does not fuse
     assert generic.fingerprint != fused.fingerprint
 
 
 def test_bad_model_is_a_model_error_value(cnn_jobs: dict) -> None:
-    build, data = build_job(cnn_jobs[("vm-bytecode", 2, "per-target")], b"not a model at all")
+    build, data = build_job(BuildRequest(cnn_jobs[("vm-bytecode", 2, "per-target")], b"not a model at all"))
     assert (build.status, data) == ("model", None)
     assert build.error.startswith("ONNX import failed")
 
@@ -72,7 +73,7 @@ def test_unsupported_operator_is_a_model_error(cnn_jobs: dict) -> None:
     model = onnx.helper.make_model(
         graph, opset_imports=[onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid("com.example", 1)]
     )
-    build, _ = build_job(cnn_jobs[("vm-bytecode", 2, "per-target")], model.SerializeToString())
+    build, _ = build_job(BuildRequest(cnn_jobs[("vm-bytecode", 2, "per-target")], model.SerializeToString()))
     assert build.status == "model"
     assert "NoSuchOp" in build.error
 
@@ -80,6 +81,6 @@ def test_unsupported_operator_is_a_model_error(cnn_jobs: dict) -> None:
 def test_missing_cross_compiler_names_the_package(cnn_jobs: dict, cnn_data: bytes) -> None:
     job = cnn_jobs[("vm-bytecode", 2, "per-target")]
     target = replace(job.target, cross_compiler="no-such-gcc", cross_compiler_package="gcc-no-such")
-    build, _ = build_job(replace(job, target=target), cnn_data)
+    build, _ = build_job(BuildRequest(replace(job, target=target), cnn_data))
     assert build.status == "build"
     assert "no-such-gcc not found" in build.error and "apt-get install gcc-no-such" in build.error

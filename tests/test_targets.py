@@ -18,6 +18,7 @@ from tvmbench.cli import app
 from tvmbench.core.records import Job, ModelRef
 from workers.artifacts import ArtifactCache, elf_arch
 from workers.executors.registry import build_job
+from workers.executors.requests import BuildRequest
 from workers.onnx_model import load_model
 from workers.targets import PRESETS, presets_for, target_kind
 
@@ -55,7 +56,7 @@ def test_required_presets_exist_and_are_complete() -> None:
 @pytest.mark.parametrize("preset", sorted(REQUIRED))
 def test_preset_builds_for_its_architecture(preset: str, mlp: tuple[ModelRef, bytes]) -> None:
     model, data = mlp
-    build, artifact = build_job(_job(model, preset), data)
+    build, artifact = build_job(BuildRequest(_job(model, preset), data))
     assert build.status == "ok", build.error
     assert artifact is not None and elf_arch(artifact) == PRESETS[preset].arch
 
@@ -63,7 +64,7 @@ def test_preset_builds_for_its_architecture(preset: str, mlp: tuple[ModelRef, by
 def test_missing_cross_compiler_is_a_build_error_naming_the_package(mlp: tuple[ModelRef, bytes]) -> None:
     model, data = mlp
     job = _job(model, "rpi4", cross_compiler="tvmbench-no-such-gcc", cross_compiler_package="gcc-tvmbench-test")
-    build, artifact = build_job(job, data)
+    build, artifact = build_job(BuildRequest(job, data))
     assert artifact is None
     assert build.status == "build"
     assert "tvmbench-no-such-gcc" in build.error and "apt-get install gcc-tvmbench-test" in build.error
@@ -80,7 +81,7 @@ def test_cross_compiler_without_its_c_library_names_the_package(
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
     model, data = mlp
     job = _job(model, "rpi4", cross_compiler=fake.name, cross_compiler_package="gcc-x libc6-dev-x-cross")
-    build, artifact = build_job(job, data)
+    build, artifact = build_job(BuildRequest(job, data))
     assert artifact is None and build.status == "build"
     assert "C runtime is missing" in build.error and "apt-get install gcc-x libc6-dev-x-cross" in build.error
 

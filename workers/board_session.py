@@ -14,7 +14,6 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -23,6 +22,7 @@ from tvmbench.core.errors import one_line
 from tvmbench.core.health import GoldenModel
 from tvmbench.core.records import Build, Job, Run
 from workers.artifacts import arch_compatible
+from workers.executors.requests import MeasureRequest
 from workers.reference import compare
 from workers.targets import presets_for
 from workers.tracker_client import (
@@ -226,35 +226,28 @@ def checked_session(
 
 
 def run_attempt(
-    job: Job,
-    build: Build,
-    artifact: bytes,
-    tracker: str,
-    base: dict[str, Any],
-    on_board: OnBoard,
-    *,
-    golden: GoldenModel | None = None,
-    golden_check: GoldenCheck | None = None,
-    checked_boards: frozenset[str] = frozenset(),
-    **request: Any,
+    request: MeasureRequest, base: dict[str, Any], on_board: OnBoard, golden_check: GoldenCheck | None
 ) -> Run:
     """One attempt: check the artifact, get a checked board, run ``on_board`` on it, close the session.
 
-    ``request`` goes to ``request_session`` (avoid, prefer_not, registration_wait_s). An exception in
-    ``on_board`` becomes a Run of the kind ``classify`` says.
+    The request's board options go to ``request_session``; its golden model is run only with a
+    ``golden_check``. An exception in ``on_board`` becomes a Run of the kind ``classify`` says.
     """
-    corrupted = verify_artifact(build, artifact, base)
+    job, build = request.job, request.build
+    corrupted = verify_artifact(build, request.artifact, base)
     if corrupted is not None:
         return corrupted
     session = checked_session(
         job,
-        tracker,
+        request.tracker,
         base,
-        golden=golden,
+        golden=request.golden if golden_check is not None else None,
         golden_check=golden_check,
-        checked_boards=checked_boards,
+        checked_boards=request.checked_boards,
         artifact_arch=build.artifact_arch,
-        **request,
+        avoid=request.avoid,
+        prefer_not=request.prefer_not,
+        registration_wait_s=request.registration_wait_s,
     )
     if isinstance(session, Run):
         return session
@@ -271,23 +264,11 @@ def run_attempt(
         gc.collect()
 
 
-@dataclass(frozen=True)
-class Attempt:
-    """What one attempt runs on a board: the job, its build and artifact, the inputs and reference outputs."""
-
-    job: Job
-    build: Build
-    artifact: bytes
-    inputs: dict[str, np.ndarray]
-    reference: list[np.ndarray]
-    builds_in_flight: int | None  # build tasks running on the farm's machine as it started (for the record)
-
-
 class SessionRunner:
     """A Runner (workers/executors/base.py) made of one board session: subclasses say what runs on it.
 
-    ``on_board`` runs the job on a checked board; ``run_fields`` are the fields every Run of the
-    executor carries (unit, emulated); a runner with a ``golden_check`` health-checks boards first.
+    ``on_board`` runs the request's job on a checked board; ``run_fields`` are the fields every Run of
+    the executor carries (unit, emulated); a runner with a ``golden_check`` health-checks boards first.
     """
 
     run_fields: ClassVar[dict[str, Any]] = {}
@@ -295,49 +276,19 @@ class SessionRunner:
     checks_arch: ClassVar[bool] = True
     golden_check: ClassVar[GoldenCheck | None] = None  # set with staticmethod(...)
 
-    def on_board(self, session: Session, attempt: Attempt, base: dict[str, Any]) -> Run:
-        """Run the attempt on the session's board; ``base`` holds the fields of every Run of the attempt."""
+    def on_board(self, session: Session, request: MeasureRequest, base: dict[str, Any]) -> Run:
+        """Run the request's job on the session's board; ``base`` holds the fields of every Run of the attempt."""
         raise NotImplementedError
 
-    def run(
-        self,
-        job: Job,
-        build: Build,
-        artifact: bytes,
-        inputs: dict[str, np.ndarray],
-        reference: list[np.ndarray],
-        tracker: str,
-        attempt: int = 1,
-        builds_in_flight: int | None = None,
-        *,
-        avoid: frozenset[str] = frozenset(),
-        prefer_not: frozenset[str] = frozenset(),
-        registration_wait_s: float | None = None,
-        golden: GoldenModel | None = None,
-        checked_boards: frozenset[str] = frozenset(),
-    ) -> Run:
+    def run(self, request: MeasureRequest) -> Run:
         """Check the job's outputs against the reference on a board of its key, then time it."""
-
-        this = Attempt(job, build, artifact, inputs, reference, builds_in_flight)
 
         def on_board(session: Session, base: dict[str, Any]) -> Run:
             if self.checks_arch:
-                wrong_arch = arch_mismatch(session, job, build, base)
+                wrong_arch = arch_mismatch(session, request.job, request.build, base)
                 if wrong_arch is not None:
                     return wrong_arch
-            return self.on_board(session, this, base)
+            return self.on_board(session, request, base)
 
-        return run_attempt(
-            job,
-            build,
-            artifact,
-            tracker,
-            run_base(job, attempt, **self.run_fields),
-            on_board,
-            golden=golden if self.golden_check is not None else None,
-            golden_check=self.golden_check,
-            checked_boards=checked_boards,
-            avoid=avoid,
-            prefer_not=prefer_not,
-            registration_wait_s=registration_wait_s,
-        )
+        base = run_base(request.job, request.attempt, **self.run_fields)
+        return run_attempt(request, base, on_board, self.golden_check)

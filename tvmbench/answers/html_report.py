@@ -127,7 +127,7 @@ def trials_figure(
             hi_err.append(max(0.0, ci.hi - med) if ci.hi == ci.hi else 0.0)
         ax.errorbar(xs, meds, yerr=[lo_err, hi_err], marker="o", capsize=4, label=f"{executor} O{opt} {pipe}")
     if onnxruntime is not None:
-        ax.axhline(onnxruntime, linestyle="--", color="#555", label="onnxruntime")
+        ax.axhline(onnxruntime, linestyle="--", color="#555", label=" / ".join(ranking.BASELINE_EXECUTORS))
     ax.set_xlabel("MetaSchedule trials (the tuning budget; 0 = untuned)\n(points: median; whiskers: 95% bootstrap CI)")
     ax.set_ylabel(f"median latency ({unit})" + (" — emulated" if emulated else ""))
     ax.set_title(f"{model} on {board_key}: latency against tuning trials")
@@ -207,10 +207,10 @@ def plot_specs(df: pd.DataFrame) -> list[PlotSpec]:
         stem = _slug("latency", model, board_key, unit, "emu" if emulated else "hw")
         specs.append(PlotSpec(stem, caption, partial(latency_figure, group, model, board_key, unit, bool(emulated))))
     for (model, board_key, unit, emulated), group in ok.groupby(ranking.RANK_KEYS, sort=True):
-        contenders = group[group["executor"] != ranking.BASELINE_EXECUTOR]
+        contenders = group[~group["executor"].isin(ranking.BASELINE_EXECUTORS)]
         if not any(tuning_answers.is_tuned(b) for b in contenders["tuning_budget"]):
             continue
-        ort_rows = group[group["executor"] == ranking.BASELINE_EXECUTOR]["median"]
+        ort_rows = group[group["executor"].isin(ranking.BASELINE_EXECUTORS)]["median"]
         ort = float(ort_rows.min()) if len(ort_rows) else None
         caption = f"Latency of {model} on {board_key} against MetaSchedule trials ({unit})"
         stem = _slug("trials", model, board_key, unit, "emu" if emulated else "hw")

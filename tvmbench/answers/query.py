@@ -19,6 +19,7 @@ from db.lookup import QueryError, resolve_prefix
 from tvmbench.core import liveness
 from tvmbench.core.pass_trace import expand
 from tvmbench.core.records import FINAL_STATUSES, PENDING_STATUSES
+from workers.executors.registry import static_memory_names
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,11 +33,12 @@ class NoSuchJob(LookupError):
 
 
 MB = 1024 * 1024
-STATIC_RAM_EXECUTOR = "aot-c"  # firmware whose RAM is fixed at build: its static figure is its peak
+# Executors whose RAM is fixed at build (firmware): their static figure is their peak.
+STATIC_RAM_EXECUTORS = static_memory_names()
 # The peak memory of a configuration (MB): the board's measured session peak, else for a microcontroller
 # build its static RAM (peak_memory_mb says the same in Python). NULL when neither is known.
 peak_mem_mb_sql = func.coalesce(
-    m.Run.peak_mem_mb, case((m.Job.executor == STATIC_RAM_EXECUTOR, m.Build.ram_bytes / float(MB)))
+    m.Run.peak_mem_mb, case((m.Job.executor.in_(STATIC_RAM_EXECUTORS), m.Build.ram_bytes / float(MB)))
 )
 
 # Output columns, in order, and the SQL expression of each. The CLI prints exactly these.
@@ -528,7 +530,7 @@ def peak_memory_mb(executor: str, run: m.Run | None, build: m.Build | None) -> f
     by construction). None when neither is known (a stock RPC server, an older row)."""
     if run is not None and run.peak_mem_mb is not None:
         return run.peak_mem_mb
-    if executor == STATIC_RAM_EXECUTOR and build is not None and build.ram_bytes is not None:
+    if executor in STATIC_RAM_EXECUTORS and build is not None and build.ram_bytes is not None:
         return build.ram_bytes / MB
     return None
 

@@ -19,13 +19,15 @@ from db import models as m
 from tvmbench.answers import query as q
 from tvmbench.answers import tuning as tuning_answers
 from tvmbench.answers.stats import DEFAULT_SEED, median_ci
+from workers.executors.registry import baseline_names
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from db.store import ResultStore
 
-BASELINE_EXECUTOR = "onnxruntime"
+# The baseline executors (ONNX Runtime): every ranking compares the compiled configurations with them.
+BASELINE_EXECUTORS = baseline_names()
 RANK_KEYS = ["model", "board_key", "unit", "emulated"]
 
 
@@ -142,7 +144,7 @@ def rank(
         # The first inference is one value in ms: it ranks ms runs only, and its "median" is that value.
         df = df[(df["unit"] == "ms") & df["first_ms"].notna()].assign(median=lambda d: d["first_ms"])
     df = df[df["median"].notna()].sort_values([*RANK_KEYS, "median", "job_key"])
-    is_baseline = df["executor"] == BASELINE_EXECUTOR
+    is_baseline = df["executor"].isin(BASELINE_EXECUTORS)
     baseline = df[is_baseline].groupby(RANK_KEYS)["median"].min().to_dict()
     contenders = df[~is_baseline]
     # Side by side, tuned jobs count even when their program equals another's (records that did not apply).

@@ -9,6 +9,7 @@ from rich.text import Text
 
 from tvmbench.answers import columns
 from tvmbench.answers.table import Rendered, render, short_id
+from workers.executors.registry import static_memory_names
 
 _STATUS_STYLE = {"ok": "green", "pending": "yellow", "pending-device": "yellow"}
 
@@ -89,8 +90,14 @@ def results_table(console: Console, rows: list[dict[str, Any]], title: str) -> N
         for w in r["warnings"]:
             line = Text.assemble((f"{shown.id('job', r['job_key'])} warning:", "red"), " ", w)
             console.print(line, highlight=False, soft_wrap=not console.is_terminal)
-    if any(r.get("executor") == "aot-c" and r.get("peak_mem_mb") is not None for r in rows):
-        console.print("peak MB of aot-c jobs: the firmware's static RAM (arena, workspace, I/O, stack estimate)")
+    static_ram = set(static_memory_names())
+    static = sorted(
+        {r["executor"] for r in rows if r.get("executor") in static_ram and r.get("peak_mem_mb") is not None}
+    )
+    if static:
+        console.print(
+            f"peak MB of {', '.join(static)} jobs: the firmware's static RAM (arena, workspace, I/O, stack estimate)"
+        )
 
 
 def outcome_line(outcome: Any) -> str:

@@ -15,31 +15,32 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tvmbench.core.errors import one_line
-from tvmbench.core.records import Build, Job, Run, TargetSpec, canonical_hash
+from tvmbench.core.records import Build, Run, canonical_hash
 from workers.aot import AotUnsupported
-from workers.aot.boards import board_for_target, is_mcu_target
+from workers.aot.boards import board_for_target
 from workers.aot.build import build_firmware, pack_artifact, unpack_artifact
 from workers.aot.firmware import toolchain_missing
-from workers.aot.kernels import KERNEL_PATHS
 from workers.aot.runner import pack_inputs
-from workers.board_session import Attempt, SessionRunner, board_facts, check_outputs, ok_run
+from workers.board_session import SessionRunner, board_facts, check_outputs, ok_run
 from workers.build_common import build_identity, pass_trace_instrument
-from workers.executors.base import Executor
-from workers.program_index import ClaimFn
+from workers.executors.base import INSTRUCTIONS
+from workers.executors.requests import BuildRequest, MeasureRequest, foreign_toolchain
 from workers.tracker_client import Session
 
-NAME = "aot-c"
 MCU_RUN_FUNCTION = "tvmbench.mcu.run"
-UNIT = "instructions"
 
 
-def build_aot_job(job: Job, model_data: bytes) -> tuple[Build, bytes | None]:
+def build_aot_job(request: BuildRequest) -> tuple[Build, bytes | None]:
     """Compile one aot-c job; never raises for a bad model, an unsupported operator or a size that does
     not fit: those come back as a Build with status "model" or "build" and a one-line reason."""
     import tvm_ffi
 
+    job, model_data = request.job, request.model_data
     common = build_identity(job)
     tvm_version = common["tvm_version"]
+    foreign = foreign_toolchain(request, common)
+    if foreign is not None:
+        return foreign, None
     missing = toolchain_missing()
     if missing:
         return Build(status="build", error=f"{missing} (on {socket.gethostname()})", **common), None
@@ -124,20 +125,20 @@ def decode_outputs(manifest: dict[str, Any], raw: bytes) -> list[np.ndarray]:
 class AotCBuilder:
     """Builder of the aot-c executor: firmware for the target's microcontroller board."""
 
-    def build(self, job: Job, model_data: bytes, *, claim: ClaimFn | None = None) -> tuple[Build, bytes | None]:
-        """See ``build_aot_job`` (the program is known only after codegen: ``claim`` is not used)."""
-        return build_aot_job(job, model_data)
+    def build(self, request: BuildRequest) -> tuple[Build, bytes | None]:
+        """See ``build_aot_job`` (the program is known only after codegen: ``claim`` is not used; no tuning)."""
+        return build_aot_job(request)
 
 
 class AotCRunner(SessionRunner):
     """Runner of the aot-c executor: the firmware under the board's MCU agent, counted in instructions."""
 
-    run_fields: ClassVar[dict[str, Any]] = {"emulated": True, "unit": UNIT}
+    run_fields: ClassVar[dict[str, Any]] = {"emulated": True, "unit": INSTRUCTIONS}
     checks_arch = False  # the MCU agent's facts name the board's CPU: on_board compares it with the firmware's
 
-    def on_board(self, session: Session, attempt: Attempt, base: dict[str, Any]) -> Run:
-        job, build, artifact = attempt.job, attempt.build, attempt.artifact
-        inputs, reference, builds_in_flight = attempt.inputs, attempt.reference, attempt.builds_in_flight
+    def on_board(self, session: Session, request: MeasureRequest, base: dict[str, Any]) -> Run:
+        job, build, artifact = request.job, request.build, request.artifact
+        inputs, reference, builds_in_flight = request.inputs, request.reference, request.builds_in_flight
         remote, settings = session.remote, job.measure
         facts = board_facts(remote) or {}
         base["board_facts"] = facts
@@ -177,9 +178,6 @@ class AotCRunner(SessionRunner):
         )
 
 
-def _is_mcu(target: TargetSpec) -> bool:
-    return is_mcu_target(target.tvm_target)
-
-
-# Microcontrollers take only this executor, and it takes only them; the kernels axis picks the codegen.
-EXECUTOR = Executor(NAME, AotCBuilder(), AotCRunner(), accepts=_is_mcu, kernel_paths=KERNEL_PATHS)
+# Its entry (registry.py) takes microcontroller targets only; the kernels axis picks the codegen.
+BUILDER = AotCBuilder()
+RUNNER = AotCRunner()

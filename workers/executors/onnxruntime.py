@@ -16,23 +16,29 @@ from typing import Any
 
 import numpy as np
 
-from tvmbench.core.records import Build, Job, Run, canonical_hash
-from workers.board_session import Attempt, SessionRunner, check_outputs, ok_run
+from tvmbench.core.records import Build, Run, canonical_hash
+from workers.board_session import SessionRunner, check_outputs, ok_run
 from workers.build_common import build_identity
-from workers.executors.base import Executor, not_mcu
+from workers.executors.requests import BuildRequest, MeasureRequest, foreign_toolchain
 from workers.phases import PhaseLog
-from workers.program_index import ClaimFn
 from workers.sampling import SamplingPlan, sample
 from workers.tracker_client import Session
-
-NAME = "onnxruntime"
 
 
 class OnnxRuntimeBuilder:
     """The baseline's "build": the ONNX bytes themselves, identified by their hash."""
 
-    def build(self, job: Job, model_data: bytes, *, claim: ClaimFn | None = None) -> tuple[Build, bytes | None]:
-        """An ok Build whose artifact is the model (intake checked it): nothing can fail, no codegen to skip."""
+    def build(self, request: BuildRequest) -> tuple[Build, bytes | None]:
+        """An ok Build whose artifact is the model (intake checked it): no codegen to skip, no tuning.
+
+        Fails only for a toolchain other than the running one (the fingerprint names no TVM, but the
+        build key does).
+        """
+        job, model_data = request.job, request.model_data
+        common = build_identity(job)
+        foreign = foreign_toolchain(request, common)
+        if foreign is not None:
+            return foreign, None
         sha = hashlib.sha256(model_data).hexdigest()
         return Build(
             status="ok",
@@ -40,7 +46,7 @@ class OnnxRuntimeBuilder:
             compile_s=0.0,
             artifact_sha256=sha,
             artifact_size=len(model_data),
-            **build_identity(job),
+            **common,
         ), model_data
 
 
@@ -50,11 +56,11 @@ class OnnxRuntimeRunner(SessionRunner):
     No golden model: see its registry entry.
     """
 
-    def on_board(self, session: Session, attempt: Attempt, base: dict[str, Any]) -> Run:
+    def on_board(self, session: Session, request: MeasureRequest, base: dict[str, Any]) -> Run:
         import tvm
 
-        job, build, model = attempt.job, attempt.build, attempt.artifact
-        inputs, reference, builds_in_flight = attempt.inputs, attempt.reference, attempt.builds_in_flight
+        job, build, model = request.job, request.build, request.artifact
+        inputs, reference, builds_in_flight = request.inputs, request.reference, request.builds_in_flight
         remote, settings = session.remote, job.measure
         try:
             run_fn = remote.get_function("tvmbench.onnxruntime")
@@ -110,5 +116,6 @@ class OnnxRuntimeRunner(SessionRunner):
         )
 
 
-# The golden model is a Relax VM program: boards of this runner are not health-checked.
-EXECUTOR = Executor(NAME, OnnxRuntimeBuilder(), OnnxRuntimeRunner(), accepts=not_mcu)
+# The baseline's entry (registry.py) names no golden model: its boards are not health-checked.
+BUILDER = OnnxRuntimeBuilder()
+RUNNER = OnnxRuntimeRunner()

@@ -1,23 +1,41 @@
-"""The executors by name: what builds and runs each ``axes.executor`` value of a sweep file.
+"""The executors by name: what builds and runs each ``axes.executor`` value of a sweep file, and its traits.
 
-Adding an executor is one module in this package (a Builder, a Runner and its ``Executor`` entry)
-plus one line below. Nothing outside this module asks which executor a job has: the rest of the code
-asks the entry (``for_job(job).builder`` ...), so this is the one place that knows them all.
+Adding an executor is one module in this package (a Builder as ``BUILDER``, a Runner as ``RUNNER``)
+plus its entry below, which declares its traits. Nothing outside this module asks which executor a job
+has: the rest of the code asks the entry (``for_job(job).builder`` ...) or a trait (``tunable``,
+``baseline_names`` ...), so this is the one place that knows them all.
+
+Cheap to import (the answers read traits): an executor's module, and with it TVM or ONNX Runtime, is
+loaded only when its Builder or Runner is first asked for.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
 from tvmbench.core.records import Build, Job, Run, TargetSpec
-from workers.executors import aot_c, onnxruntime, relax_vm
-from workers.executors.base import Executor
-from workers.program_index import ClaimFn
+from workers.aot.kernels import KERNEL_PATHS as AOT_KERNEL_PATHS
+from workers.executors.base import INSTRUCTIONS, Executor, mcu_only, not_mcu
+from workers.executors.requests import BuildRequest, MeasureRequest
 
+_RELAX_VM = "workers.executors.relax_vm"
 _ENTRIES: tuple[Executor, ...] = (
-    *relax_vm.EXECUTORS,  # vm-bytecode, vm-compiled
-    onnxruntime.EXECUTOR,  # the baseline
-    aot_c.EXECUTOR,  # microcontrollers
+    # Both VM modes build and run the same way; exec_mode comes from the name ("bytecode" / "compiled").
+    *(
+        Executor(name, module=_RELAX_VM, accepts=not_mcu, golden_executor=name, tunable_kinds=("llvm",))
+        for name in ("vm-bytecode", "vm-compiled")
+    ),
+    # The golden model is a Relax VM program: boards of the baseline are not health-checked.
+    Executor("onnxruntime", module="workers.executors.onnxruntime", accepts=not_mcu, baseline=True),
+    # Microcontrollers take only this executor, and it takes only them; the kernels axis picks the codegen.
+    Executor(
+        "aot-c",
+        module="workers.executors.aot_c",
+        accepts=mcu_only,
+        kernel_paths=AOT_KERNEL_PATHS,
+        unit=INSTRUCTIONS,
+        static_memory=True,
+    ),
 )
 REGISTRY: dict[str, Executor] = {e.name: e for e in _ENTRIES}
 NAMES: tuple[str, ...] = tuple(REGISTRY)
@@ -43,34 +61,46 @@ def accepts(name: str, target: TargetSpec) -> bool:
     return get(name).accepts(target)
 
 
-def build_job(job: Job, model_data: bytes, *, claim: ClaimFn | None = None) -> tuple[Build, bytes | None]:
-    """Build one job with its executor's Builder; failures come back as a Build with an error kind.
+def tunable(name: str, tvm_target: dict[str, Any]) -> bool:
+    """Whether executor ``name`` tunes jobs on ``tvm_target`` (the only place that says which kinds)."""
+    kinds = get(name).tunable_kinds
+    if not kinds:
+        return False
+    from workers.targets import target_kind  # a {"tag": ...} target needs TVM to name its kind
 
-    ``claim``: see ``Builder`` (identical programs skip codegen).
-    """
-    return for_job(job).builder.build(job, model_data, claim=claim)
+    return target_kind(tvm_target) in kinds
 
 
-def measure_job(
-    job: Job,
-    build: Build,
-    artifact: bytes,
-    inputs: dict[str, np.ndarray],
-    reference: list[np.ndarray],
-    tracker: str,
-    attempt: int = 1,
-    builds_in_flight: int | None = None,
-    **board: object,
-) -> Run:
-    """Run one built job with its executor's Runner (``board``: see ``Runner.run``'s keyword options)."""
-    return for_job(job).runner.run(
-        job,
-        build,
-        artifact,
-        inputs,
-        reference,
-        tracker,
-        attempt,
-        builds_in_flight,
-        **board,  # type: ignore[arg-type]
-    )
+def tunable_names() -> tuple[str, ...]:
+    """The executors that tune some target kind, in registry order."""
+    return tuple(e.name for e in _ENTRIES if e.tunable_kinds)
+
+
+def tunable_kinds() -> tuple[str, ...]:
+    """Every target kind some executor tunes."""
+    return tuple(dict.fromkeys(k for e in _ENTRIES for k in e.tunable_kinds))
+
+
+def baseline_names() -> tuple[str, ...]:
+    """The baseline executors: rankings compare every other configuration with them."""
+    return tuple(e.name for e in _ENTRIES if e.baseline)
+
+
+def static_memory_names() -> tuple[str, ...]:
+    """The executors whose memory is fixed at build: their build's static RAM is their peak."""
+    return tuple(e.name for e in _ENTRIES if e.static_memory)
+
+
+def unit(name: str) -> str:
+    """What executor ``name``'s Runs count in ("ms", or "instructions" on emulated microcontrollers)."""
+    return get(name).unit
+
+
+def build_job(request: BuildRequest) -> tuple[Build, bytes | None]:
+    """Build one job with its executor's Builder; failures come back as a Build with an error kind."""
+    return for_job(request.job).builder.build(request)
+
+
+def measure_job(request: MeasureRequest) -> Run:
+    """Run one built job with its executor's Runner."""
+    return for_job(request.job).runner.run(request)

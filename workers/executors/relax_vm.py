@@ -30,9 +30,9 @@ from tvmbench.core.errors import one_line
 from tvmbench.core.health import GoldenModel
 from tvmbench.core.records import Build, Job, Run, canonical_hash
 from workers.artifacts import elf_arch
-from workers.board_session import Attempt, SessionRunner, check_outputs, ok_run
+from workers.board_session import SessionRunner, check_outputs, ok_run
 from workers.build_common import build_identity, make_target, pass_trace_instrument
-from workers.executors.base import Executor, not_mcu
+from workers.executors.requests import BuildRequest, MeasureRequest, foreign_toolchain
 from workers.memory_plan import memory_plan_probe
 from workers.phases import PhaseLog
 from workers.program_index import ClaimFn, reuse_key
@@ -185,29 +185,20 @@ class RelaxVmBuilder:
     program that codegen will compile.
     """
 
-    def build(self, job: Job, model_data: bytes, *, claim: ClaimFn | None = None) -> tuple[Build, bytes | None]:
+    def build(self, request: BuildRequest) -> tuple[Build, bytes | None]:
         """Compile one job; returns the build record and the exported library's bytes (None on failure).
 
-        With ``claim``, a program that another build compiles already (same fingerprint) skips codegen
+        A tuned job (``job.tuning`` > 0): the tuning stage (workers/tuning/stage.py) replaces the pipeline
+        inside the same traced PassContext, tuning on the farm ``request.tuning_env`` describes; the
+        build's host-fence hold (``request.hold``) is let go while its candidates are timed. With
+        ``request.claim``, a program that another build compiles already (same fingerprint) skips codegen
         and export: the Build is ok, has ``reused_from`` and no bytes.
         """
-        return self._build(job, model_data, claim, None, None)
-
-    def build_tuned(
-        self, job: Job, model_data: bytes, *, hold: Any = None, tuning_env: Any = None, claim: ClaimFn | None = None
-    ) -> tuple[Build, bytes | None]:
-        """Compile a tuned job (``job.tuning`` > 0): the tuning stage (workers/tuning/stage.py) replaces
-        the pipeline inside the same traced PassContext, tuning on the farm ``tuning_env`` describes;
-        ``hold`` (the build's host-fence hold) is let go while its candidates are timed."""
-        return self._build(job, model_data, claim, hold, tuning_env)
-
-    def _build(
-        self, job: Job, model_data: bytes, claim: ClaimFn | None, hold: Any, tuning_env: Any
-    ) -> tuple[Build, bytes | None]:
         import tvm
 
+        job, model_data, claim = request.job, request.model_data, request.claim
         common = build_identity(job)
-        missing = _missing_cross_compiler(job, common)
+        missing = foreign_toolchain(request, common) or _missing_cross_compiler(job, common)
         if missing is not None:
             return missing, None
         try:
@@ -225,7 +216,8 @@ class RelaxVmBuilder:
                 if job.tuning:
                     from workers.tuning.stage import TuningEnv, tuned_lowering
 
-                    lowered, target, tuning = tuned_lowering(job, mod, tuning_env or TuningEnv(tracker=""), hold)
+                    env = request.tuning_env or TuningEnv(tracker="")
+                    lowered, target, tuning = tuned_lowering(job, mod, env, request.hold)
                 else:
                     lowered = run_pipeline(job, mod, target)
                 # After tuning: the fingerprint says whether the tuned program differs from the untuned one.
@@ -359,11 +351,11 @@ class RelaxVmRunner(SessionRunner):
 
     golden_check = staticmethod(run_golden)
 
-    def on_board(self, session: Session, attempt: Attempt, base: dict[str, Any]) -> Run:
+    def on_board(self, session: Session, request: MeasureRequest, base: dict[str, Any]) -> Run:
         import tvm
 
-        job, build, artifact = attempt.job, attempt.build, attempt.artifact
-        inputs, reference, builds_in_flight = attempt.inputs, attempt.reference, attempt.builds_in_flight
+        job, build, artifact = request.job, request.build, request.artifact
+        inputs, reference, builds_in_flight = request.inputs, request.reference, request.builds_in_flight
         remote, settings = session.remote, job.measure
         dev = device(remote, job)
         log = PhaseLog()  # workers/phases.py: upload, load, first inference, memory and board state apart
@@ -395,10 +387,6 @@ class RelaxVmRunner(SessionRunner):
         )
 
 
+# Both VM executors (vm-bytecode, vm-compiled) build and run with these; their entries are in registry.py.
 BUILDER = RelaxVmBuilder()
 RUNNER = RelaxVmRunner()
-# Both VM modes build and run the same way; exec_mode comes from the name ("bytecode" / "compiled").
-EXECUTORS: tuple[Executor, ...] = tuple(
-    Executor(name, BUILDER, RUNNER, accepts=not_mcu, golden_executor=name, tunable=True)
-    for name in ("vm-bytecode", "vm-compiled")
-)
