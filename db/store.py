@@ -84,8 +84,11 @@ class ResultStore:
         self._job_ids: dict[tuple[str, str], int] = {}
         self.read_only = read_only or never_write
         if read_only and not never_write and missing == "empty" and path is not None and not path.exists():
-            self.url, self.read_only, path = EMPTY_DB, False, None
-        if self.read_only:
+            # Nothing stored yet: an empty database with the tables as the models describe them (no alembic).
+            self.url, self.read_only = EMPTY_DB, False
+            self.engine = make_engine(EMPTY_DB)
+            m.Base.metadata.create_all(self.engine)
+        elif self.read_only:
             self.engine = open_for_reading(self.url, path)
         else:
             self.engine = make_engine(self.url)

@@ -9,13 +9,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from db import models as m
 
-_DIALECT_INSERT = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
 _STATEMENTS: dict[tuple[Any, ...], Any] = {}
+
+
+def _dialect_insert(dialect: str) -> Any:
+    """The dialect's INSERT construct, imported on first use (the PostgreSQL dialect module pulls in asyncio
+    and asyncpg's adapter: a read-only SQLite command should not pay for that at start-up)."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    elif dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+    else:
+        raise ValueError(f"unsupported database {dialect!r}: use sqlite:///path or postgresql+psycopg://host/db")
+    return insert
 
 
 def conflict_insert(
@@ -37,9 +47,7 @@ def conflict_insert(
     key = (dialect, model, tuple(columns), tuple(conflict), update, returning)
     stmt = _STATEMENTS.get(key)
     if stmt is None:
-        if dialect not in _DIALECT_INSERT:
-            raise ValueError(f"unsupported database {dialect!r}: use sqlite:///path or postgresql+psycopg://host/db")
-        insert = _DIALECT_INSERT[dialect](model)
+        insert = _dialect_insert(dialect)(model)
         if update:
             changed = {k: insert.excluded[k] for k in columns if k not in conflict}
             stmt = insert.on_conflict_do_update(index_elements=conflict, set_=changed)

@@ -38,6 +38,8 @@ def test_opening_a_database_at_head_loads_no_alembic(tmp_path: Path) -> None:
     assert _loads_alembic(url), "a new database is migrated (alembic)"
     assert not _loads_alembic(url, read_only=True), "a read-only open must not load alembic"
     assert not _loads_alembic(url), "a writer on a database at head has nothing to migrate"
+    missing = f"sqlite:///{tmp_path / 'none.db'}"
+    assert not _loads_alembic(missing, read_only=True, missing="empty"), "an empty read has nothing to migrate"
 
 
 def test_an_older_schema_is_refused_read_only_and_upgraded_by_a_writer(tmp_path: Path) -> None:
