@@ -21,22 +21,35 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM arrived: raised in the main thread like Ctrl-C's KeyboardInterrupt."""
 
 
+# Ray's blocking calls (ray.wait, ray.get) run the handler and then raise a plain KeyboardInterrupt of their
+# own in place of ours: what the handler saw is remembered here, so the exit still says SIGTERM.
+_terminated = False
+
+
 def _raise_terminated(_signum: int, _frame: FrameType | None) -> None:
+    global _terminated
+    _terminated = True
     raise Terminated()
+
+
+def _by_sigterm(exc: BaseException) -> bool:
+    return isinstance(exc, Terminated) or _terminated
 
 
 def install() -> None:
     """SIGTERM raises ``Terminated`` in the main thread from now on (call from the main thread)."""
+    global _terminated
+    _terminated = False
     signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 def exit_code(exc: BaseException) -> int:
     """The exit status of a command ended by ``exc``: 143 after SIGTERM, 130 after Ctrl-C."""
-    return SIGTERM_EXIT if isinstance(exc, Terminated) else SIGINT_EXIT
+    return SIGTERM_EXIT if _by_sigterm(exc) else SIGINT_EXIT
 
 
 def signal_name(exc: BaseException) -> str:
-    return "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
+    return "SIGTERM" if _by_sigterm(exc) else "Ctrl-C"
 
 
 @contextmanager

@@ -238,6 +238,7 @@ def test_interrupts_keep_handlers_puts_ours_back() -> None:
     before = signal.getsignal(signal.SIGTERM)
     try:
         interrupts.install()
+        assert interrupts.exit_code(KeyboardInterrupt()) == interrupts.SIGINT_EXIT
         with interrupts.keep_handlers():
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # what ray.init does, in Python
         with pytest.raises(interrupts.Terminated):
@@ -245,6 +246,9 @@ def test_interrupts_keep_handlers_puts_ours_back() -> None:
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:  # the handler runs between two bytecodes of this loop
                 time.sleep(0.01)
+        # ray.wait/ray.get raise a plain KeyboardInterrupt of their own after our handler ran: still SIGTERM
+        assert interrupts.exit_code(KeyboardInterrupt()) == interrupts.SIGTERM_EXIT
+        assert interrupts.signal_name(KeyboardInterrupt()) == "SIGTERM"
     finally:
         signal.signal(signal.SIGTERM, before)
 

@@ -109,10 +109,6 @@ def home() -> Path:
         raise  # unreachable: fail exits
 
 
-#: What a read sees where no database exists yet: an empty one in memory (nothing is created on disk).
-EMPTY_DB = "sqlite://"
-
-
 def open_store(db: str | None, read_only: bool = False) -> ResultStore:
     """The results database, or one error line naming it (password masked, exit 2: the --db is bad input).
 
@@ -120,19 +116,11 @@ def open_store(db: str | None, read_only: bool = False) -> ResultStore:
     tvmbench database and an older schema are each one line; a database it cannot write (a read-only
     mount) works; a SQLite file that does not exist yet (a fresh machine) reads as an empty database.
     """
-    from db.store import ResultStore, StoreError, check_backend, check_sqlite_path, default_url, sqlite_path
+    from db.store import ResultStore, StoreError
     from tvmbench.core.errors import one_line
 
     try:
-        if read_only:
-            url = db or default_url()
-            check_backend(url)
-            path = sqlite_path(url)
-            if path is not None:
-                check_sqlite_path(path)  # a directory or a missing folder is still an error
-                if not path.exists():
-                    return ResultStore(EMPTY_DB)
-        return ResultStore(db, read_only=read_only)
+        return ResultStore(db, read_only=read_only, missing="empty")
     except StoreError as exc:
         fail(redact(f"cannot open results database: {exc}", db), code=INVALID)
         raise  # unreachable: fail exits

@@ -1,0 +1,245 @@
+"""Where the results database is and how it is opened: home and URL configuration, engines with their
+per-backend settings (SQLite pragmas, read-only engines), the schema check and migrations.
+
+SQLite (the default) runs in WAL mode with synchronous=FULL and a busy timeout, so a result that was
+acknowledged survives a crash of the orchestrator.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import DatabaseError
+from sqlalchemy.pool import QueuePool
+
+from tvmbench.core.errors import describe_missing, one_line
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+SUPPORTED_BACKENDS = ("sqlite", "postgresql")
+#: Threads that read through one read-only engine at once: Starlette's threadpool (anyio's 40 tokens).
+READ_THREADS = 40
+_MIGRATION_LOCK = 0x7476_6D62  # "tvmb": the PostgreSQL advisory lock key that serialises migrations
+
+
+class StoreError(RuntimeError):
+    """The results database cannot be opened as asked; the message names the path and what to do."""
+
+
+def default_home() -> Path:
+    """Where tvmbench keeps its database, artifact cache and farm state (TVMBENCH_HOME)."""
+    return Path(os.environ.get("TVMBENCH_HOME", Path.home() / ".tvmbench"))
+
+
+def ensure_home() -> Path:
+    """TVMBENCH_HOME, created if missing; StoreError naming it when it is not (and cannot be) a folder."""
+    home = default_home()
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        what = "is a file, not a folder" if home.is_file() else f"cannot be created ({exc.strerror or exc})"
+        raise StoreError(
+            f"TVMBENCH_HOME {home} {what}: point TVMBENCH_HOME at a folder tvmbench may write (default ~/.tvmbench)"
+        ) from None
+    return home
+
+
+def default_url() -> str:
+    """TVMBENCH_DB, else a SQLite file under TVMBENCH_HOME."""
+    url = os.environ.get("TVMBENCH_DB")
+    if url:
+        return url
+    return f"sqlite:///{ensure_home() / 'results.db'}"
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite:///path`` URL (None for other backends and in-memory databases)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database)
+
+
+def check_sqlite_path(path: Path) -> None:
+    """Fail at once (not after the write retries) when ``path`` cannot be a SQLite database file."""
+    if path.exists() and not path.is_file():
+        raise StoreError(
+            f"{path} {describe_missing(path)}: give the path of a database file, e.g. {path / 'results.db'}"
+        )
+    if not path.parent.is_dir():
+        raise StoreError(f"{path}: folder {path.parent} {describe_missing(path.parent)}: create it or fix the path")
+
+
+def check_backend(url: str) -> None:
+    """StoreError unless ``url`` is a SQLAlchemy URL of a supported backend (not, say, a driver import error)."""
+    try:
+        backend = make_url(url).get_backend_name()
+    except Exception as exc:  # sqlalchemy.exc.ArgumentError, ValueError: not a URL at all
+        raise StoreError(
+            f"{url!r} is not a database URL ({one_line(exc)}): use sqlite:///path/results.db or "
+            "postgresql+psycopg://user@host/db"
+        ) from None
+    if backend not in SUPPORTED_BACKENDS:
+        raise StoreError(
+            f"{url}: {backend!r} databases are not supported: use sqlite:///path/results.db or "
+            "postgresql+psycopg://user@host/db"
+        )
+
+
+def make_engine(url: str, *, read_only: bool = False) -> Engine:
+    """An engine with the per-backend settings that make writes durable and concurrent.
+
+    ``read_only``: SQLite opens the file read-only (``mode=ro``), or as immutable where its folder is
+    not writable (a read-only mount: SQLite could not create the WAL index there, and nobody can write);
+    PostgreSQL sessions start with ``default_transaction_read_only`` (ResultStore asks for that only
+    with ``never_write``).
+    """
+    path = sqlite_path(url) if url.startswith("sqlite") else None
+    if path is not None and read_only:
+        from urllib.parse import quote
+
+        mode = "mode=ro" if os.access(path.parent, os.W_OK) else "immutable=1"
+        target = f"file:{quote(str(path.resolve()))}?{mode}"
+        # A file URL would get SQLAlchemy's QueuePool, but ``creator`` with "sqlite://" gets the in-memory
+        # default, a SingletonThreadPool: one connection per thread, closed by whichever thread tidies the
+        # pool, under the dashboard's worker threads (SIGSEGV, "Cannot operate on a closed database").
+        # A QueuePool lends each connection to one thread at a time; it holds as many as Starlette's
+        # threadpool runs at once, so no request waits for another's connection.
+        engine = create_engine(
+            "sqlite://",
+            creator=lambda: _sqlite_connect(target),
+            poolclass=QueuePool,
+            pool_size=8,
+            max_overflow=READ_THREADS - 8,
+        )
+
+        @event.listens_for(engine, "connect")
+        def _read_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.execute("PRAGMA query_only=ON")
+
+        return engine
+    if read_only and not url.startswith("sqlite"):
+        # PostgreSQL: every transaction of these sessions is read-only; the server refuses writes.
+        return create_engine(url, pool_pre_ping=True, connect_args={"options": "-c default_transaction_read_only=on"})
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=FULL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def _sqlite_connect(uri: str) -> Any:
+    import sqlite3
+
+    return sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
+
+
+# --- schema ---------------------------------------------------------------------------------------
+
+_REVISION_LINE = re.compile(r"^(down_revision|revision)\s*=\s*(?:\"([^\"]*)\"|'([^']*)'|None)", re.MULTILINE)
+
+
+def head_revision() -> str:
+    """The newest migration's revision, read from the migration files as text.
+
+    Opening a database for reading compares its revision with this; reading the files' two assignment
+    lines costs well under a millisecond, where alembic's ScriptDirectory imports alembic and every
+    migration module (a few hundred milliseconds of a read command's start). tests/test_migration_0005.py
+    checks that both agree.
+    """
+    revisions, parents = set(), set()
+    for path in (MIGRATIONS / "versions").glob("*.py"):
+        found = {name: a or b or None for name, a, b in _REVISION_LINE.findall(path.read_text())}
+        if found.get("revision"):
+            revisions.add(found["revision"])
+        if found.get("down_revision"):
+            parents.add(found["down_revision"])
+    heads = revisions - parents
+    if len(heads) != 1:
+        raise RuntimeError(f"migrations in {MIGRATIONS} have {len(heads)} heads ({sorted(heads)}), expected one")
+    return heads.pop()
+
+
+def current_revision(conn: Connection) -> str | None:
+    """The revision the database's alembic_version row names; None when it has no tvmbench schema."""
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    rows = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    if len(rows) > 1:
+        raise StoreError(f"the database's alembic_version table holds {len(rows)} revisions ({rows}), expected one")
+    return rows[0] if rows else None
+
+
+def upgrade(engine: Engine) -> None:
+    """Bring the schema to the newest migration (alembic upgrade head)."""
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            # Two processes opening a fresh database at once (a submitted driver and its submitter) would
+            # both CREATE TABLE alembic_version; the lock holds the second until the first commits.
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
+        config.attributes["connection"] = conn
+        command.upgrade(config, "head")
+
+
+def upgrade_if_behind(engine: Engine) -> None:
+    """``upgrade`` unless the schema is at the newest migration already (then alembic is not even loaded)."""
+    with engine.connect() as conn:
+        current = current_revision(conn)
+    if current != head_revision():
+        upgrade(engine)
+
+
+def schema_problem(engine: Engine, shown: str = "...") -> str | None:
+    """None when the database's schema is at the newest migration, else what is wrong and what to run
+    (``shown``: the database as the command to run names it)."""
+    head = head_revision()
+    with engine.connect() as conn:
+        current = current_revision(conn)
+    if current == head:
+        return None
+    if current is None:
+        return (
+            "it is not a tvmbench database (it holds no tvmbench schema: empty, or another program's); give the "
+            "path of a results database, or run a sweep or `tvmbench db upgrade` to make this one"
+        )
+    return f"its schema is at revision {current}, this tvmbench needs {head}: run `tvmbench db upgrade --db {shown}`"
+
+
+def open_for_reading(url: str, path: Path | None) -> Engine:
+    """A read-only engine on an existing tvmbench database at the newest schema, else StoreError."""
+    if path is not None and not path.is_file():
+        raise StoreError(f"no results database at {path}: run a sweep first, or give --db (or TVMBENCH_DB)")
+    engine = make_engine(url, read_only=True)
+    shown = make_url(url).render_as_string(hide_password=True)
+    try:
+        problem = schema_problem(engine, shown)
+    except DatabaseError as exc:
+        engine.dispose()
+        if path is None or "not a database" not in str(exc):
+            raise
+        raise StoreError(
+            f"{path} is not a tvmbench database (SQLite says: {one_line(exc.orig)}): give the path of a "
+            "results database"
+        ) from None
+    if problem:
+        engine.dispose()
+        raise StoreError(f"results database {path or shown}: {problem}")
+    return engine
