@@ -1,8 +1,8 @@
 """A board key with several boards measures on all of them at once; a key on this machine's cores, one at a time.
 
 Real Ray, a real tracker and real board agents; the Builder and Runner are stand-ins (the seam's fakes):
-the build returns at once and the measurement holds a real session on a real board for a second, so
-what is checked is the scheduler's concurrency per key, not TVM.
+the build returns at once and the measurement holds a real session on a real board until a second one
+does, so what is checked is the scheduler's concurrency per key, not TVM.
 """
 
 from __future__ import annotations
@@ -25,18 +25,28 @@ from workers.executors.base import Executor, not_mcu
 from workers.executors.requests import MeasureRequest
 from workers.tracker_client import Session
 
-HOLD_S = 1.0
-
 
 class HoldingRunner(SessionRunner):
-    """Holds a real session on a board for HOLD_S; the Run's started/finished times say when."""
+    """Holds a real session on a board until a second measurement holds one too (or ``wait_s`` passes).
+
+    Each measurement leaves a mark in ``meeting`` when it starts holding its board. Waiting for the
+    second mark, not for a fixed time, makes the overlap certain however slow the machine is: a key
+    given two slots meets its second measurement, a key given one never does (the first waits
+    ``wait_s`` alone and the later ones find its mark and return at once).
+    """
 
     checks_arch = False
 
+    def __init__(self, meeting: Path, wait_s: float) -> None:
+        self.meeting, self.wait_s = meeting, wait_s
+
     def on_board(self, session: Session, request: MeasureRequest, base: dict[str, Any]) -> Any:
         started = time.time()
-        time.sleep(HOLD_S)
-        return ok_run([HOLD_S * 1e3], **{**base, "started_at": started})
+        (self.meeting / f"{request.job.key}-{request.attempt}").touch()
+        deadline = time.monotonic() + self.wait_s
+        while len(list(self.meeting.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return ok_run([(time.time() - started) * 1e3], **{**base, "started_at": started})
 
 
 def _max_overlap(spans: list[tuple[float, float]]) -> int:
@@ -48,7 +58,7 @@ def _max_overlap(spans: list[tuple[float, float]]) -> int:
     return peak
 
 
-def _sweep(tmp_path: Path, models_dir: Path, tracker: str, key: str) -> list[tuple[float, float, str]]:
+def _sweep(tmp_path: Path, models_dir: Path, tracker: str, key: str, wait_s: float) -> list[tuple[float, float, str]]:
     spec = load_spec(
         write_sweep(
             tmp_path,
@@ -57,7 +67,10 @@ def _sweep(tmp_path: Path, models_dir: Path, tracker: str, key: str) -> list[tup
             '[axes]\nexecutor = ["vm-bytecode"]\nopt_level = [0, 1, 2, 3]\n',
         )
     )
-    executors = {"vm-bytecode": Executor("vm-bytecode", NoopBuilder(), HoldingRunner(), accepts=not_mcu)}
+    meeting = tmp_path / "meeting"
+    meeting.mkdir()
+    runner = HoldingRunner(meeting, wait_s)
+    executors = {"vm-bytecode": Executor("vm-bytecode", NoopBuilder(), runner, accepts=not_mcu)}
     store = ResultStore(f"sqlite:///{tmp_path / 'results.db'}")
     try:
         outcome = scheduler.run_sweep(
@@ -90,7 +103,8 @@ def test_a_key_with_two_remote_boards_measures_two_at_once(
 ) -> None:
     # The boards run on this machine; told they do not share its cores, the key gets a slot per board.
     monkeypatch.setattr(scheduler, "host_sharing_keys", lambda _tracker: set())
-    runs = _sweep(tmp_path, models_dir, two_boards.tracker, "multi")
+    # A long wait: it only runs out if the scheduler never lets the second measurement start.
+    runs = _sweep(tmp_path, models_dir, two_boards.tracker, "multi", wait_s=120.0)
     assert _max_overlap([(s, f) for s, f, _ in runs]) == 2, runs
     assert len({b for _, _, b in runs}) == 2, "both boards were used"
 
@@ -98,5 +112,6 @@ def test_a_key_with_two_remote_boards_measures_two_at_once(
 def test_a_key_on_this_machines_cores_measures_one_at_a_time(
     tmp_path: Path, models_dir: Path, ray_local: None, two_boards: LocalFarm
 ) -> None:
-    runs = _sweep(tmp_path, models_dir, two_boards.tracker, "multi")
+    # A wrongly granted second slot would start its measurement within these seconds and overlap the first.
+    runs = _sweep(tmp_path, models_dir, two_boards.tracker, "multi", wait_s=3.0)
     assert _max_overlap([(s, f) for s, f, _ in runs]) == 1, runs

@@ -50,16 +50,16 @@ def parse_target(where: str, table: Any) -> TargetSpec:
 
 
 def check_tunable(targets: tuple[TargetSpec, ...], executors: tuple[str, ...]) -> None:
-    """Tuning (MetaSchedule on the farm) applies to the Relax VM executors on llvm targets."""
+    """Tuning (MetaSchedule on the farm) applies to the executors whose entry tunes the target's kind."""
     from workers.targets import target_kind
 
-    if not any(registry.get(e).tunable for e in executors):
-        raise SpecError('axes.tuning: tuning needs a Relax VM executor; add "vm-bytecode" to axes.executor')
-    tunable = [t for t in targets if target_kind(t.tvm_target) == "llvm"]
-    if not tunable:
+    tuners = registry.tunable_names()
+    if not set(executors) & set(tuners):
+        raise SpecError(f'axes.tuning: tuning needs a Relax VM executor; add "{tuners[0]}" to axes.executor')
+    if not any(registry.tunable(e, t.tvm_target) for e in executors for t in targets):
         raise SpecError(
-            f"axes.tuning: no target to tune; tuning covers llvm (CPU) targets, and {targets[0].name} is "
-            f"{target_kind(targets[0].tvm_target)}"
+            f"axes.tuning: no target to tune; tuning covers {' and '.join(registry.tunable_kinds())} (CPU) targets, "
+            f"and {targets[0].name} is {target_kind(targets[0].tvm_target)}"
         )
 
 
