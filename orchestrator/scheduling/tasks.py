@@ -1,0 +1,148 @@
+"""The work a task does: the one place the scheduler calls a Builder or a Runner.
+
+A task carries one item or a batch of cheap ones (workers/... executors that answer in milliseconds:
+a Ray round trip each would cost more than the work). ``build_one`` and ``measure_one`` run one item
+wherever the pool runs them; ``build_on_node`` and ``measure_on_node`` are the Ray task bodies (their
+names are what `ps` shows as ``ray::build_on_node``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tvmbench.core.health import GoldenModel
+from tvmbench.core.records import Build, Job, Run
+from workers.executors.base import Builder, Runner
+from workers.program_index import ClaimFn, remote_claim
+
+
+@dataclass(frozen=True)
+class BuildItem:
+    """One build to run: the job's Builder, the model bytes (or a pool reference to them), and its context.
+
+    ``reuse``: the build may skip codegen when another build compiles the same program. ``fence_host``:
+    the host fence a build on the driver's machine holds (workers/fence.py). ``tuning_env``: what a
+    tuned build needs from the driver (workers/tuning/stage.TuningEnv), None when untuned.
+    """
+
+    builder: Builder
+    job: Job
+    model_data: Any
+    reuse: bool = True
+    fence_host: str | None = None
+    tuning_env: Any = None
+
+
+@dataclass(frozen=True)
+class MeasureItem:
+    """One measurement: the job's Runner and everything ``Runner.run`` takes (pool references allowed)."""
+
+    runner: Runner
+    job: Job
+    build: Build
+    artifact: Any
+    inputs: Any
+    reference: Any
+    tracker: str
+    attempt: int
+    builds_in_flight: int
+    avoid: frozenset[str] = frozenset()
+    prefer_not: frozenset[str] = frozenset()
+    registration_wait_s: float | None = None
+    golden: GoldenModel | None = None
+    checked_boards: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    build: Build
+    data: bytes | None
+    seconds: float  # wall time of the Builder call (whether builds of its executor are cheap enough to batch)
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    run: Run
+    seconds: float
+
+
+def build_one(item: BuildItem, claim: ClaimFn | None, resolve: Any = None) -> BuildResult:
+    """``builder.build`` (or ``build_tuned`` for a tuned job), holding the host fence on the driver's machine."""
+    from workers.fence import local_fence
+
+    model_data = resolve(item.model_data) if resolve else item.model_data
+    started = time.monotonic()
+    with local_fence(item.fence_host).building() as hold:
+        builder = item.builder
+        if item.job.tuning and hasattr(builder, "build_tuned"):  # the plan budgets only tunable executors
+            build, data = builder.build_tuned(item.job, model_data, hold=hold, tuning_env=item.tuning_env, claim=claim)
+        else:
+            build, data = builder.build(item.job, model_data, claim=claim)
+    return BuildResult(build, data, time.monotonic() - started)
+
+
+def measure_one(item: MeasureItem, resolve: Any = None) -> MeasureResult:
+    """``runner.run`` of one item (no CPU: the board does the work)."""
+    get = resolve or (lambda value: value)
+    started = time.monotonic()
+    run = item.runner.run(
+        item.job,
+        item.build,
+        get(item.artifact),
+        get(item.inputs),
+        get(item.reference),
+        item.tracker,
+        item.attempt,
+        item.builds_in_flight,
+        avoid=item.avoid,
+        prefer_not=item.prefer_not,
+        registration_wait_s=item.registration_wait_s,
+        golden=item.golden,
+        checked_boards=item.checked_boards,
+    )
+    return MeasureResult(run, time.monotonic() - started)
+
+
+# What an attempt that ends so says about its board changes the next request (avoid, prefer_not, how long
+# to wait for a board): a batch stops there and the driver submits the rest afresh.
+STOPS_A_BATCH = ("infra", "timeout", "pending-device")
+
+
+def measure_batch(items: list[MeasureItem], resolve: Any = None) -> list[MeasureResult]:
+    """The items measured in turn, up to the first whose status is in STOPS_A_BATCH (the rest not run)."""
+    results = []
+    for item in items:
+        results.append(measure_one(item, resolve))
+        if results[-1].run.status in STOPS_A_BATCH:
+            break
+    return results
+
+
+def _ray_resolve(value: Any) -> Any:
+    """An object reference nested in an item (Ray resolves only top-level arguments) -> its value."""
+    import ray
+
+    return ray.get(value) if isinstance(value, ray.ObjectRef) else value
+
+
+def build_on_node(items: list[BuildItem], index: Any = None) -> list[BuildResult]:
+    """The Ray build task: each item built in turn; a build's host becomes "hostname/ray-node-id".
+
+    ``index``: the sweep's program index actor (identical programs skip codegen), or None.
+    """
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    results = []
+    for item in items:
+        claim = remote_claim(index) if index is not None and item.reuse else None
+        done = build_one(item, claim, _ray_resolve)
+        results.append(replace(done, build=replace(done.build, host=f"{done.build.host}/{node}")))
+    return results
+
+
+def measure_on_node(items: list[MeasureItem]) -> list[MeasureResult]:
+    """The Ray measurement task: ``measure_batch`` (a batch holds one board slot of its key)."""
+    return measure_batch(items, _ray_resolve)
