@@ -25,6 +25,7 @@ from db.store import ResultStore
 from orchestrator.plan import plan_jobs
 from orchestrator.scheduling import sweep as loop
 from orchestrator.scheduling.events import Listener
+from orchestrator.scheduling.measurements import FixedBoards
 from orchestrator.scheduling.pool import InlinePool
 from orchestrator.scheduling.run import execute_sweep, run_sweep
 from orchestrator.spec import SweepSpec, load_spec
@@ -89,19 +90,6 @@ class FakeRunner:
                    builds_in_flight=builds_in_flight, error=None if status == "ok" else "board said no")  # fmt: skip
 
 
-class StaticBoards:
-    """The farm, as the scheduler sees it: keys sharing this machine's cores, boards per key."""
-
-    def __init__(self, sharing: set[str] = frozenset(), per_key: dict[str, int] | None = None) -> None:
-        self.sharing, self.counts = set(sharing), per_key or {}
-
-    def sharing_keys(self) -> set[str]:
-        return set(self.sharing)
-
-    def per_key(self) -> dict[str, int]:
-        return dict(self.counts)
-
-
 class Events(Listener):
     def __init__(self) -> None:
         self.seen: list[str] = []
@@ -137,7 +125,7 @@ def sweep(
     builder: FakeBuilder,
     runner: FakeRunner,
     pool: InlinePool | None = None,
-    boards: StaticBoards | None = None,
+    boards: FixedBoards | None = None,
     **options: Any,
 ):
     executors = {"vm-bytecode": Executor("vm-bytecode", builder, runner, accepts=not_mcu)}
@@ -149,7 +137,7 @@ def sweep(
         health_checks=False,
         executors=executors,
         pool=pool or InlinePool(),
-        boards=boards or StaticBoards(per_key={"k": 2}),
+        boards=boards or FixedBoards(per_key={"k": 2}),
         **options,
     )
 
@@ -172,7 +160,7 @@ def test_identical_programs_compile_once_and_share_the_artifact(tmp_path: Path, 
     spec = make_spec(tmp_path, ("k",), opt_levels=(2, 3))
     builder = FakeBuilder(program=lambda job: "one program")  # opt_level 2 and 3 lower to the same IR
     runner = FakeRunner()
-    outcome = sweep(spec, store, tmp_path, builder, runner, boards=StaticBoards(per_key={"k": 1}))
+    outcome = sweep(spec, store, tmp_path, builder, runner, boards=FixedBoards(per_key={"k": 1}))
     assert len(builder.compiled) == 1 and outcome.built == 2 and outcome.codegen_skipped == 1, outcome
     builds = [store.get_build(j.build_key(TVM)) for j in plan_jobs(spec)]
     assert {b.artifact_sha256 for b in builds} == {builds[0].artifact_sha256} and builds[0].artifact_sha256
@@ -199,7 +187,7 @@ def test_no_build_runs_while_a_fenced_board_measures(tmp_path: Path, store: Resu
     pool = InlinePool(builds_at_once=2)
     runner = FakeRunner()
     outcome = sweep(spec, store, tmp_path, FakeBuilder(), runner, pool=pool,
-                    boards=StaticBoards(sharing={"host"}, per_key={"host": 3, "remote": 3}))  # fmt: skip
+                    boards=FixedBoards(sharing={"host"}, per_key={"host": 3, "remote": 3}))  # fmt: skip
     assert dict(outcome.statuses) == {"ok": 6}
 
     def fenced(kind: str, items: list[Any]) -> bool:
@@ -251,7 +239,7 @@ def test_a_quarantined_board_is_avoided(tmp_path: Path, store: ResultStore) -> N
 def test_a_board_quarantined_mid_sweep_is_avoided_from_then_on(tmp_path: Path, store: ResultStore) -> None:
     spec = make_spec(tmp_path, ("k",) * 5)
     runner = FakeRunner(outcome=lambda _job, _attempt, board: "infra" if board == "k@b1" else "ok")
-    sweep(spec, store, tmp_path, FakeBuilder(), runner, boards=StaticBoards(per_key={"k": 1}))
+    sweep(spec, store, tmp_path, FakeBuilder(), runner, boards=FixedBoards(per_key={"k": 1}))
     assert store.board_states()["k@b1"] == "quarantined"
     on_b1 = [i for i, c in enumerate(runner.calls) if c["board"] == "k@b1"]
     assert len(on_b1) == 3  # QUARANTINE_AFTER faults in a row, then never again
@@ -271,7 +259,7 @@ def test_cancel_ends_pending_jobs_and_keeps_finished_rows(
         return "ok"
 
     runner = FakeRunner(outcome=cancel_after_two)
-    outcome = sweep(spec, store, tmp_path, FakeBuilder(), runner, boards=StaticBoards(per_key={"k": 1}),
+    outcome = sweep(spec, store, tmp_path, FakeBuilder(), runner, boards=FixedBoards(per_key={"k": 1}),
                     listeners=(events,))  # fmt: skip
     statuses = Counter(store.job_statuses(spec.sweep_id).values())
     assert statuses == Counter({"ok": 2, "cancelled": 4}), statuses
@@ -304,7 +292,7 @@ def test_cheap_builds_and_measurements_share_tasks(tmp_path: Path, store: Result
     spec = make_spec(tmp_path, ("k",) * 40)
     pool = InlinePool(builds_at_once=2)
     outcome = sweep(spec, store, tmp_path, FakeBuilder(), FakeRunner(), pool=pool,
-                    boards=StaticBoards(per_key={"k": 1}))  # fmt: skip
+                    boards=FixedBoards(per_key={"k": 1}))  # fmt: skip
     assert dict(outcome.statuses) == {"ok": 40} and outcome.built == 40
     sizes = Counter(kind for kind, _, _ in pool.submitted)
     assert sizes["build"] < 40 and sizes["measure"] < 40, sizes  # batched once the first were seen to be quick

@@ -69,6 +69,19 @@ class TrackerBoards:
         return registered_keys(tracker_summary(self.tracker))
 
 
+class FixedBoards:
+    """A farm given as facts instead of asked (tests, benchmarks): keys sharing this machine's cores, boards per key."""
+
+    def __init__(self, sharing: set[str] | None = None, per_key: dict[str, int] | None = None) -> None:
+        self.sharing, self.counts = set(sharing or ()), dict(per_key or {})
+
+    def sharing_keys(self) -> set[str]:
+        return set(self.sharing)
+
+    def per_key(self) -> dict[str, int]:
+        return dict(self.counts)
+
+
 class Quarantine:
     """Quarantined board ids, read from the store again only after a board fault was recorded."""
 

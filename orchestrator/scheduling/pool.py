@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from orchestrator.scheduling.tasks import BuildItem, BuildResult, MeasureItem, MeasureResult, build_one, measure_batch
+from orchestrator.scheduling.tasks import BuildItem, BuildResult, MeasureItem, MeasureResult, build_batch, measure_batch
 from workers.program_index import Claims
 
 
@@ -107,12 +107,8 @@ class InlinePool:
         return task
 
     def submit_builds(self, items: list[BuildItem]) -> _InlineTask:
-        claims = self.claims
-
-        def run() -> list[BuildResult]:
-            return [build_one(i, claims.claim if claims is not None and i.reuse else None) for i in items]
-
-        return self._submit("build", items, run)
+        claim = self.claims.claim if self.claims is not None else None
+        return self._submit("build", items, lambda: build_batch(items, claim))
 
     def submit_measures(self, items: list[MeasureItem]) -> _InlineTask:
         return self._submit("measure", items, lambda: measure_batch(items))

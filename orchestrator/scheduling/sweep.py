@@ -36,7 +36,7 @@ from workers.executors.base import Executor
 
 CANCEL_POLL_S = 0.5  # how often a running sweep looks at its cancel flag
 TUNING_POLL_S = 1.0  # how often the trials of tuned builds are read for the progress bar
-CHEAP_S = 0.02  # a build or measurement this quick costs less than the task that carries it
+CHEAP_S = 0.05  # a build or measurement this quick (on average) costs less than the task that carries it
 BATCH_MAX = 32
 
 
@@ -58,18 +58,19 @@ class MeasureTask:
 
 
 class Cheapness:
-    """The slowest item seen per Builder or Runner: batching starts once every one was cheap, and stops for good."""
+    """The mean seconds of the items seen per Builder or Runner: cheap ones share tasks (BATCH_MAX at most)."""
 
     def __init__(self) -> None:
-        self._slowest: dict[int, float] = {}
+        self._seen: dict[int, tuple[int, float]] = {}  # id(worker) -> (items, seconds)
 
     def note(self, worker: object, seconds: float) -> None:
-        self._slowest[id(worker)] = max(self._slowest.get(id(worker), 0.0), seconds)
+        count, total = self._seen.get(id(worker), (0, 0.0))
+        self._seen[id(worker)] = (count + 1, total + seconds)
 
-    def batch(self, worker: object, wanted: int) -> int:
-        """How many items of ``worker`` the next task carries (at most ``wanted``)."""
-        cheap = self._slowest.get(id(worker), math.inf) < CHEAP_S
-        return max(1, min(BATCH_MAX, wanted)) if cheap else 1
+    def cheap(self, worker: object) -> bool:
+        """Whether ``worker``'s items took under CHEAP_S on average (unknown until one was seen)."""
+        count, total = self._seen.get(id(worker), (0, 0.0))
+        return count > 0 and total / count < CHEAP_S
 
 
 class SweepRun:
@@ -155,12 +156,16 @@ class SweepRun:
                     break
                 if key in self.measures.fenced and self.builds_in_flight > 0:
                     break
-                size = 1
-                if self.goldens.model(state.job) is None:  # a batch would health-check a board twice
-                    size = self.measure_speed.batch(self._entry(state.job).runner, len(queue))
+                # Cheap runs share a task, spread over the key's free slots; a batch would health-check a
+                # board twice, so only runs without a golden model share one.
+                size = min(BATCH_MAX, math.ceil(len(queue) / self.measures.free_slots(key)))
                 batch = [queue.popleft()]
-                runner = self._entry(state.job).runner
-                while queue and len(batch) < size and self._entry(queue[0][0].job).runner is runner:
+                while (
+                    queue
+                    and len(batch) < size
+                    and self._measures_cheaply(state)
+                    and self._measures_cheaply(queue[0][0])
+                ):
                     batch.append(queue.popleft())
                 handle = self.pool.submit_measures([self._measure_item(s, a) for s, a in batch])
                 self.in_flight[handle] = MeasureTask(key, tuple(batch))
@@ -180,19 +185,21 @@ class SweepRun:
             and not measures.fenced_measuring()
             and not measures.fence_waiting()
         ):
-            first = self.by_build[queue.to_build[0]][0].job
-            free = self.pool.cpus() - self.builds_in_flight
-            builder = self._entry(first).builder
-            size = self.build_speed.batch(builder, math.ceil(len(queue.to_build) / free))
+            # Cheap builds share a task, as many as keep every free CPU busy.
+            size = min(BATCH_MAX, math.ceil(len(queue.to_build) / (self.pool.cpus() - self.builds_in_flight)))
             keys = [queue.to_build.popleft()]
-            while queue.to_build and len(keys) < size:
-                nxt = self.by_build[queue.to_build[0]][0].job
-                if self._entry(nxt).builder is not builder or nxt.tuning:
-                    break
+            while queue.to_build and len(keys) < size and self._builds_cheaply(keys[0], queue.to_build[0]):
                 keys.append(queue.to_build.popleft())
             handle = self.pool.submit_builds([self._build_item(k) for k in keys])
             self.in_flight[handle] = BuildTask(tuple(keys))
             self.builds_in_flight += 1
+
+    def _builds_cheaply(self, *build_keys: str) -> bool:
+        jobs = [self.by_build[k][0].job for k in build_keys]
+        return all(not job.tuning and self.build_speed.cheap(self._entry(job).builder) for job in jobs)
+
+    def _measures_cheaply(self, state: JobState) -> bool:
+        return self.goldens.model(state.job) is None and self.measure_speed.cheap(self._entry(state.job).runner)
 
     def _build_item(self, build_key: str) -> BuildItem:
         job = self.by_build[build_key][0].job

@@ -68,19 +68,27 @@ class MeasureResult:
     seconds: float
 
 
-def build_one(item: BuildItem, claim: ClaimFn | None, resolve: Any = None) -> BuildResult:
-    """``builder.build`` (or ``build_tuned`` for a tuned job), holding the host fence on the driver's machine."""
-    from workers.fence import local_fence
-
+def build_one(item: BuildItem, claim: ClaimFn | None, hold: Any, resolve: Any = None) -> BuildResult:
+    """``builder.build`` (or ``build_tuned`` for a tuned job, which gets the fence ``hold`` to let go of)."""
     model_data = resolve(item.model_data) if resolve else item.model_data
     started = time.monotonic()
-    with local_fence(item.fence_host).building() as hold:
-        builder = item.builder
-        if item.job.tuning and hasattr(builder, "build_tuned"):  # the plan budgets only tunable executors
-            build, data = builder.build_tuned(item.job, model_data, hold=hold, tuning_env=item.tuning_env, claim=claim)
-        else:
-            build, data = builder.build(item.job, model_data, claim=claim)
+    builder = item.builder
+    if item.job.tuning and hasattr(builder, "build_tuned"):  # the plan budgets only tunable executors
+        build, data = builder.build_tuned(item.job, model_data, hold=hold, tuning_env=item.tuning_env, claim=claim)
+    else:
+        build, data = builder.build(item.job, model_data, claim=claim)
     return BuildResult(build, data, time.monotonic() - started)
+
+
+def build_batch(items: list[BuildItem], claim: ClaimFn | None, resolve: Any = None) -> list[BuildResult]:
+    """The items built in turn, holding the host fence on the driver's machine (workers/fence.py) meanwhile.
+
+    The items of one task share the fence host (the pool's; None for a golden build).
+    """
+    from workers.fence import local_fence
+
+    with local_fence(items[0].fence_host).building() as hold:
+        return [build_one(item, claim if item.reuse else None, hold, resolve) for item in items]
 
 
 def measure_one(item: MeasureItem, resolve: Any = None) -> MeasureResult:
@@ -128,19 +136,18 @@ def _ray_resolve(value: Any) -> Any:
 
 
 def build_on_node(items: list[BuildItem], index: Any = None) -> list[BuildResult]:
-    """The Ray build task: each item built in turn; a build's host becomes "hostname/ray-node-id".
+    """The Ray build task: ``build_batch``; a build's host becomes "hostname/ray-node-id" to show where it ran.
 
     ``index``: the sweep's program index actor (identical programs skip codegen), or None.
     """
     import ray
 
     node = ray.get_runtime_context().get_node_id()
-    results = []
-    for item in items:
-        claim = remote_claim(index) if index is not None and item.reuse else None
-        done = build_one(item, claim, _ray_resolve)
-        results.append(replace(done, build=replace(done.build, host=f"{done.build.host}/{node}")))
-    return results
+    claim = remote_claim(index) if index is not None else None
+    return [
+        replace(done, build=replace(done.build, host=f"{done.build.host}/{node}"))
+        for done in build_batch(items, claim, _ray_resolve)
+    ]
 
 
 def measure_on_node(items: list[MeasureItem]) -> list[MeasureResult]:
