@@ -140,7 +140,7 @@ def _begin(
     todo = [j for j in jobs if statuses.get(j.key) in PENDING_STATUSES]
     outcome = SweepOutcome(sweep_id=spec.sweep_id, new=new, jobs=len(jobs), already_final=len(jobs) - len(todo))
     for j in jobs:
-        if j not in todo:
+        if statuses.get(j.key) not in PENDING_STATUSES:
             outcome.statuses[statuses[j.key]] += 1
     return todo, outcome
 
