@@ -1,9 +1,9 @@
 """The work a task does: the one place the scheduler calls a Builder or a Runner.
 
-A task carries one item or a batch of cheap ones (workers/... executors that answer in milliseconds:
-a Ray round trip each would cost more than the work). ``build_one`` and ``measure_one`` run one item
-wherever the pool runs them; ``build_on_node`` and ``measure_on_node`` are the Ray task bodies (their
-names are what `ps` shows as ``ray::build_on_node``).
+A task carries one item, or a batch of cheap ones (Builders and Runners that answer in milliseconds, whose
+Ray round trip would cost more than the work). ``build_one`` and ``measure_one`` run one item wherever the
+pool runs them; ``build_on_node`` and ``measure_on_node`` are the Ray task bodies (their names are what
+`ps` shows as ``ray::build_on_node`` and what Ray's state API lists).
 """
 
 from __future__ import annotations
