@@ -1,5 +1,6 @@
 """Speed figures side by side: a hand-written seed loop vs `tvmbench sweep run`, cold and cached, the lower
-bound T*, no-op jobs through real Ray and a real database, and `sweep plan` of 10,000 jobs.
+bound T*, no-op jobs through real Ray and a real database, a sweep with nothing left to do, and `sweep plan` of
+10,000 jobs.
 
     .venv/bin/python -m benchmarks.sweep_speed [--quick] [--workdir DIR]
 
@@ -13,6 +14,8 @@ host board agent on 127.0.0.1):
   the seed loop's own timings (a lower bound for any tool on this machine).
 - no-op jobs: a sweep whose Builder and Runner return at once (injected through run_sweep's
   ``executors``), through real Ray tasks and a real SQLite database: jobs per second.
+- a sweep with nothing left: `tvmbench sweep run` as a process on 16 jobs already final (stored here by
+  the no-op executors through the in-process pool): wall seconds to say so (it starts no farm and no Ray).
 - `tvmbench sweep plan` of a 10,000-job sweep file: wall seconds and peak memory of the process.
 
 The default configurations are the issue's: light_squeezenet and light_shufflenet x vm-bytecode and
@@ -41,6 +44,8 @@ import onnx
 from db.store import ResultStore
 from orchestrator.farm import LocalFarm
 from orchestrator.scheduler import ensure_ray, run_sweep
+from orchestrator.scheduling.measurements import FixedBoards
+from orchestrator.scheduling.pool import InlinePool
 from orchestrator.spec import SweepSpec, load_spec
 from tvmbench.core.records import Build, MeasureSettings, ModelRef, Run, TargetSpec
 from workers import model_zoo
@@ -57,7 +62,17 @@ EXECUTORS = ("vm-bytecode", "vm-compiled")
 OPT_LEVELS = (0, 1, 2, 3)
 NUMBER, REPEAT = 3, 5
 ONE_BYTE_SHA = hashlib.sha256(b"x").hexdigest()
-AIMS = {"cold": 2.5, "cached": 10.0, "t_star": 1.2, "noop_jobs_s": 200.0, "plan_s": 2.0, "plan_mb": 300.0}
+AIMS = {
+    "cold": 2.5,
+    "cached": 10.0,
+    "t_star": 1.2,
+    "noop_jobs_s": 200.0,
+    "plan_s": 2.0,
+    "plan_mb": 300.0,
+    "idle_s": 4.0,
+}
+# The figures before the scheduler was split and batched (issue 17), printed beside today's.
+BEFORE = {"noop_jobs_s": 49.6, "idle_s": 9.5}
 
 
 @dataclass
@@ -241,6 +256,31 @@ def noop_jobs_per_second(workdir: Path, tracker: str, targets: int = 250, keys: 
     return outcome.jobs, outcome.jobs / elapsed
 
 
+# --- a sweep with nothing left to do -------------------------------------------------------------------
+
+
+def idle_sweep_seconds(workdir: Path, env: dict[str, str]) -> tuple[int, float, float]:
+    """(jobs, wall seconds, CPU-seconds) of `tvmbench sweep run` on a sweep whose jobs are all final already."""
+    models = {}
+    for name, proto in (("tiny_cnn", model_zoo.tiny_cnn()), ("conv_gemm_32", model_zoo.conv_gemm_32())):
+        models[name] = workdir / f"idle-{name}.onnx"
+        onnx.save(proto, str(models[name]))
+    path = _sweep_file(workdir / "idle.toml", models)
+    spec = load_spec(path)
+    home = Path(env["TVMBENCH_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    store = ResultStore(f"sqlite:///{home / 'results.db'}")
+    noop = {name: Executor(name, NoopBuilder(), NoopRunner(), accepts=not_mcu) for name in EXECUTORS}
+    done = run_sweep(spec, store, "", ArtifactCache(home / "artifacts"), health_checks=False, executors=noop,
+                     pool=InlinePool(), boards=FixedBoards())  # fmt: skip
+    store.close()
+    assert done.complete, done.statuses
+    seconds, code, out, usage = tvmbench(["sweep", "run", str(path), "--json"], env)
+    assert code == 0, out[-3000:]
+    assert _json_tail(out)["outcome"]["already_final"] == done.jobs, out[-2000:]
+    return done.jobs, seconds, usage.ru_utime + usage.ru_stime
+
+
 # --- sweep plan of 10,000 jobs -----------------------------------------------------------------------
 
 
@@ -265,7 +305,7 @@ def plan_file(workdir: Path, models: int = 5, targets: int = 125) -> tuple[Path,
 # --- the run -------------------------------------------------------------------------------------------
 
 
-PARTS = ("plan", "sweep", "noop")
+PARTS = ("plan", "sweep", "noop", "idle")
 
 
 def main() -> None:
@@ -284,7 +324,7 @@ def main() -> None:
     env = {**os.environ, "TVMBENCH_HOME": str(workdir / "home"), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     env.pop("TVMBENCH_DB", None)
     env.pop("TVMBENCH_TRACKER", None)
-    rows: list[tuple[str, float, str | None]] = []
+    rows: list[tuple[str, float, str | None, float | None]] = []
 
     if "plan" in parts:  # first: os.wait4 then reports this process's own peak memory
         path, planned = plan_file(workdir)
@@ -295,9 +335,16 @@ def main() -> None:
         plan_cpu = usage.ru_utime + usage.ru_stime  # what the wall time is on an otherwise idle core
         print(f"sweep plan: {planned} jobs in {plan_s:.2f} s ({plan_cpu:.2f} CPU-s), peak {plan_mb:.0f} MB", flush=True)
         rows += [
-            (f"sweep plan {planned} jobs (s)", plan_s, f"< {AIMS['plan_s']:g}"),
-            (f"sweep plan {planned} jobs (CPU-s)", plan_cpu, f"< {AIMS['plan_s']:g}"),
-            ("sweep plan peak memory (MB)", plan_mb, f"< {AIMS['plan_mb']:g}"),
+            (f"sweep plan {planned} jobs (s)", plan_s, f"< {AIMS['plan_s']:g}", None),
+            (f"sweep plan {planned} jobs (CPU-s)", plan_cpu, f"< {AIMS['plan_s']:g}", None),
+            ("sweep plan peak memory (MB)", plan_mb, f"< {AIMS['plan_mb']:g}", None),
+        ]
+    if "idle" in parts:  # before the farm: it needs none
+        jobs, idle_s, idle_cpu = idle_sweep_seconds(workdir, env)
+        print(f"nothing left: {jobs} final jobs reported in {idle_s:.2f} s ({idle_cpu:.2f} CPU-s)", flush=True)
+        rows += [
+            (f"sweep run, {jobs} jobs all final (s)", idle_s, f"< {AIMS['idle_s']:g}", BEFORE["idle_s"]),
+            (f"sweep run, {jobs} jobs all final (CPU-s)", idle_cpu, f"< {AIMS['idle_s']:g}", None),
         ]
 
     farm = LocalFarm.start(workdir / "logs", {"host": 1}) if parts & {"sweep", "noop"} else None
@@ -307,7 +354,7 @@ def main() -> None:
         if farm is not None and "noop" in parts:
             jobs, rate = noop_jobs_per_second(workdir, farm.tracker, args.noop_targets)
             print(f"no-op: {jobs} jobs at {rate:.0f} jobs/s", flush=True)
-            rows.append((f"no-op jobs/s ({jobs} jobs)", rate, f">= {AIMS['noop_jobs_s']:g}"))
+            rows.append((f"no-op jobs/s ({jobs} jobs)", rate, f">= {AIMS['noop_jobs_s']:g}", BEFORE["noop_jobs_s"]))
     finally:
         if farm is not None:
             farm.stop()
@@ -315,8 +362,10 @@ def main() -> None:
     load_after = os.getloadavg()[0]
     what = "quick: tiny models" if args.quick else "light_squeezenet + light_shufflenet"
     print(f"\nfigures ({what}, {cores} cores, load average {load_before:.1f} -> {load_after:.1f}):")
-    for name, value, aim in rows:
-        print(f"  {name:<40} {value:>9.2f}   {('aim ' + aim) if aim else ''}")
+    print(f"  {'':<40} {'now':>9}   {'before':>9}")
+    for name, value, aim, before in rows:
+        was = f"{before:>9.2f}" if before is not None else " " * 9
+        print(f"  {name:<40} {value:>9.2f}   {was}   {('aim ' + aim) if aim else ''}")
 
 
 def sweep_figures(workdir: Path, tracker: str, env: dict[str, str], cores: int, quick: bool) -> list[Any]:
@@ -344,13 +393,13 @@ def sweep_figures(workdir: Path, tracker: str, env: dict[str, str], cores: int, 
     assert code == 0, out[-3000:]
     print(f"sweep run cached: {cached_s:.1f} s {_json_tail(out)['outcome']}", flush=True)
     return [
-        ("seed loop (s)", seed.wall_s, None),
-        ("sweep run cold (s)", cold_s, None),
-        ("sweep run cached (s)", cached_s, None),
-        ("T* lower bound (s)", bound, None),
-        ("cold speed-up vs seed loop (x)", seed.wall_s / cold_s, f">= {AIMS['cold']:g}"),
-        ("cached speed-up vs seed loop (x)", seed.wall_s / cached_s, f">= {AIMS['cached']:g}"),
-        ("cold / T* (x)", cold_s / bound, f"<= {AIMS['t_star']:g}"),
+        ("seed loop (s)", seed.wall_s, None, None),
+        ("sweep run cold (s)", cold_s, None, None),
+        ("sweep run cached (s)", cached_s, None, None),
+        ("T* lower bound (s)", bound, None, None),
+        ("cold speed-up vs seed loop (x)", seed.wall_s / cold_s, f">= {AIMS['cold']:g}", None),
+        ("cached speed-up vs seed loop (x)", seed.wall_s / cached_s, f">= {AIMS['cached']:g}", None),
+        ("cold / T* (x)", cold_s / bound, f"<= {AIMS['t_star']:g}", None),
     ]
 
 

@@ -17,6 +17,7 @@ import orchestrator.scheduler as scheduler
 from benchmarks.sweep_speed import NoopBuilder
 from db.store import ResultStore
 from orchestrator.farm import LocalFarm
+from orchestrator.scheduling import measurements
 from orchestrator.spec import load_spec
 from tests.conftest import write_sweep
 from workers.artifacts import ArtifactCache
@@ -102,7 +103,7 @@ def test_a_key_with_two_remote_boards_measures_two_at_once(
     tmp_path: Path, models_dir: Path, ray_local: None, two_boards: LocalFarm, monkeypatch
 ) -> None:
     # The boards run on this machine; told they do not share its cores, the key gets a slot per board.
-    monkeypatch.setattr(scheduler, "host_sharing_keys", lambda _tracker: set())
+    monkeypatch.setattr(measurements, "host_sharing_keys", lambda _tracker: set())
     # A long wait: it only runs out if the scheduler never lets the second measurement start.
     runs = _sweep(tmp_path, models_dir, two_boards.tracker, "multi", wait_s=120.0)
     assert _max_overlap([(s, f) for s, f, _ in runs]) == 2, runs

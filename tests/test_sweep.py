@@ -11,9 +11,9 @@ from sqlalchemy import func, select
 
 from db import models as m
 from db.store import ResultStore
-from orchestrator import scheduler
 from orchestrator.farm import LocalFarm
 from orchestrator.scheduler import run_sweep
+from orchestrator.scheduling import sweep as scheduler_loop
 from orchestrator.spec import load_spec
 from tests.conftest import write_sweep
 from tvmbench.answers import query as reads
@@ -45,7 +45,7 @@ def outcome_and_store(
     events: list[str] = []
     with pytest.MonkeyPatch.context() as patch:
         # A heartbeat on every pass of the driver's loop (not every 5 s), so that it shows however fast the sweep.
-        patch.setattr(scheduler, "HEARTBEAT_S", 0.0)
+        patch.setattr(scheduler_loop, "HEARTBEAT_S", 0.0)
         outcome = run_sweep(spec, store, local_farm.tracker, cache, progress=lambda e, _c: events.append(e))
     yield spec, outcome, store, cache, events
     store.close()

@@ -1,0 +1,392 @@
+"""The event loop of one sweep run: start what may start, wait for the next task done, store what it says.
+
+Each pass starts measurements first (a fenced board waits until the builds on this machine drain),
+then builds, then waits a bounded time (so that a cancel request is seen while a long measurement
+runs) and handles every task done, storing its outcomes in one commit. Cheap work is batched: once
+every build (or measurement) by a Builder (Runner) took under CHEAP_S, up to BATCH_MAX of them share a task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlalchemy.exc import OperationalError
+
+from db.store import ResultStore
+from orchestrator.scheduling.builds import BuildQueue
+from orchestrator.scheduling.events import Listener
+from orchestrator.scheduling.goldens import GoldenKey, Goldens
+from orchestrator.scheduling.jobs import Equivalence, JobState
+from orchestrator.scheduling.measurements import Boards, MeasureQueue, Quarantine
+from orchestrator.scheduling.pool import TaskPool
+from orchestrator.scheduling.references import References
+from orchestrator.scheduling.tasks import BuildItem, BuildResult, MeasureItem, MeasureResult
+from orchestrator.spec import SweepSpec
+from tvmbench.core.errors import one_line
+from tvmbench.core.liveness import HEARTBEAT_S
+from tvmbench.core.records import PENDING_STATUSES, Build, Job, Run
+from workers.artifacts import ArtifactCache
+from workers.executors.base import Executor
+from workers.executors.requests import MeasureRequest
+
+CANCEL_POLL_S = 0.5  # how often a running sweep looks at its cancel flag
+TUNING_POLL_S = 1.0  # how often the trials of tuned builds are read for the progress bar
+CHEAP_S = 0.05  # a build or measurement this quick (on average) costs less than the task that carries it
+BATCH_MAX = 32
+
+
+@dataclass(frozen=True)
+class BuildTask:
+    build_keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GoldenTask:
+    key: GoldenKey
+    golden: Job
+
+
+@dataclass(frozen=True)
+class MeasureTask:
+    board_key: str
+    items: tuple[tuple[JobState, int], ...]  # (job, attempt)
+
+
+class Cheapness:
+    """The mean seconds of the items seen per Builder or Runner: cheap ones share tasks (BATCH_MAX at most)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[int, float]] = {}  # id(worker) -> (items, seconds)
+
+    def note(self, worker: object, seconds: float) -> None:
+        count, total = self._seen.get(id(worker), (0, 0.0))
+        self._seen[id(worker)] = (count + 1, total + seconds)
+
+    def cheap(self, worker: object) -> bool:
+        """Whether ``worker``'s items took under CHEAP_S on average (unknown until one was seen)."""
+        count, total = self._seen.get(id(worker), (0, 0.0))
+        return count > 0 and total / count < CHEAP_S
+
+
+class SweepRun:
+    """One run of a sweep in the driver; ``run`` is the event loop. ``cancelled`` once a cancel ended it."""
+
+    def __init__(
+        self,
+        spec: SweepSpec,
+        store: ResultStore,
+        tracker: str,
+        cache: ArtifactCache,
+        pool: TaskPool,
+        listener: Listener,
+        boards: Boards,
+        executors: Mapping[str, Executor],
+        tvm_version: str,
+        health_checks: bool = True,
+    ) -> None:
+        self.spec, self.store, self.tracker, self.cache = spec, store, tracker, cache
+        self.pool, self.listener, self.executors, self.tvm_version = pool, listener, executors, tvm_version
+        self.sweep_id = spec.sweep_id
+        self.model_data = {sha: path.read_bytes() for sha, path in spec.model_paths.items()}
+        self.model_refs: dict[str, Any] = {}
+        self.references = References(self.model_data, dict(spec.input_files))
+        self.goldens = Goldens(health_checks, cache, tvm_version)
+        self.quarantine = Quarantine(store)
+        self.measures = MeasureQueue(boards, spec.targets, self.quarantine)
+        self.equivalence = Equivalence()
+        self.build_speed, self.measure_speed = Cheapness(), Cheapness()
+        self.in_flight: dict[Any, BuildTask | GoldenTask | MeasureTask] = {}
+        self.builds_in_flight = 0  # build and golden tasks
+        self.cancelled = False
+        self._cancel_polled = 0.0
+        self._beat_at = time.monotonic()  # begin_sweep wrote the first heartbeat
+        self._tuning_polled = 0.0
+        self._tuning_seen: dict[str, tuple[int, int]] = {}
+
+    def run(self, jobs: list[Job]) -> None:
+        by_build: dict[str, list[JobState]] = defaultdict(list)
+        attempts = self.store.last_attempts(self.sweep_id)  # job key -> highest attempt stored
+        for job in self._referenced(jobs):
+            key = job.build_key(self.tvm_version)
+            by_build[key].append(JobState(job, key, attempt=attempts.get(job.key, 0)))
+        self.by_build = by_build
+        self.queue = BuildQueue(by_build, self.store, self.cache, self.pool.put)
+        self.listener.on_start(len(self.queue.cached), len(self.queue.to_build), len(jobs))
+        if self.queue.to_build:  # identical programs skip codegen: builds claim each program in the index
+            self.pool.start_index(self.queue.known)
+        for build_key in self.queue.cached:
+            self._enqueue(build_key)
+        while self.queue.to_build or self.measures or self.in_flight:
+            self._start_measurements()
+            self._start_builds()
+            self._heartbeat()
+            if self._cancel_requested():
+                self._cancel()
+                return
+            if not self.in_flight:
+                continue
+            done = self.pool.wait(list(self.in_flight), CANCEL_POLL_S)
+            if not done:
+                self._poll_tuning()
+                continue
+            with self.store.batch():  # one commit for everything this pass stores
+                for handle in done:
+                    self._finished(self.in_flight.pop(handle), handle)
+        self.pool.close()
+
+    # --- starting work ----------------------------------------------------------------------------
+
+    def _start_measurements(self) -> None:
+        for key, queue in self.measures.waiting.items():
+            while queue and self.measures.free_slots(key) > 0:
+                state, _ = queue[0]
+                golden = self.goldens.needs_build(state.job)
+                if golden is not None:  # its boards' golden model: a build like any (the fence applies)
+                    # Submitted even while a fenced measurement waits for builds to drain: that
+                    # measurement may be the one needing it.
+                    if not self.measures.fenced_measuring():
+                        self._start_golden(*golden)
+                    break
+                if not self.goldens.ready(state.job):
+                    break
+                if key in self.measures.fenced and self.builds_in_flight > 0:
+                    break
+                # Cheap runs share a task, spread over the key's free slots; a batch would health-check a
+                # board twice, so only runs without a golden model share one.
+                size = min(BATCH_MAX, math.ceil(len(queue) / self.measures.free_slots(key)))
+                batch = [queue.popleft()]
+                while (
+                    queue
+                    and len(batch) < size
+                    and self._measures_cheaply(state)
+                    and self._measures_cheaply(queue[0][0])
+                ):
+                    batch.append(queue.popleft())
+                handle = self.pool.submit_measures([self._measure_item(s, a) for s, a in batch])
+                self.in_flight[handle] = MeasureTask(key, tuple(batch))
+                self.measures.measuring[key] += 1
+
+    def _start_golden(self, key: GoldenKey, golden: Job) -> None:
+        item = BuildItem(self._entry(golden).builder, golden, self.goldens.model_ref(self.pool.put), False)
+        self.in_flight[self.pool.submit_builds([item])] = GoldenTask(key, golden)
+        self.goldens.building.add(key)
+        self.builds_in_flight += 1
+
+    def _start_builds(self) -> None:
+        queue, measures = self.queue, self.measures
+        while (
+            queue.to_build
+            and self.builds_in_flight < self.pool.cpus()
+            and not measures.fenced_measuring()
+            and not measures.fence_waiting()
+        ):
+            # Cheap builds share a task, as many as keep every free CPU busy.
+            size = min(BATCH_MAX, math.ceil(len(queue.to_build) / (self.pool.cpus() - self.builds_in_flight)))
+            keys = [queue.to_build.popleft()]
+            while queue.to_build and len(keys) < size and self._builds_cheaply(keys[0], queue.to_build[0]):
+                keys.append(queue.to_build.popleft())
+            handle = self.pool.submit_builds([self._build_item(k) for k in keys])
+            self.in_flight[handle] = BuildTask(tuple(keys))
+            self.builds_in_flight += 1
+
+    def _builds_cheaply(self, *build_keys: str) -> bool:
+        jobs = [self.by_build[k][0].job for k in build_keys]
+        return all(not job.tuning and self.build_speed.cheap(self._entry(job).builder) for job in jobs)
+
+    def _measures_cheaply(self, state: JobState) -> bool:
+        return self.goldens.model(state.job) is None and self.measure_speed.cheap(self._entry(state.job).runner)
+
+    def _build_item(self, build_key: str) -> BuildItem:
+        job = self.by_build[build_key][0].job
+        sha = job.model.sha256
+        if sha not in self.model_refs:
+            self.model_refs[sha] = self.pool.put(self.model_data[sha])
+        return BuildItem(
+            self._entry(job).builder,
+            job,
+            self.model_refs[sha],
+            reuse=build_key not in self.queue.no_reuse,
+            fence_host=self.pool.fence_host,
+            tuning_env=self._tuning_env(job),
+        )
+
+    def _measure_item(self, state: JobState, attempt: int) -> MeasureItem:
+        job = state.job
+        inputs, reference = self.references.refs(job, self.pool.put)
+        request = MeasureRequest(
+            job,
+            self.queue.builds[state.build_key],
+            self.queue.artifacts[state.build_key],
+            inputs,
+            reference,
+            self.tracker,
+            attempt,
+            self.builds_in_flight,
+            avoid=self.quarantine.boards(),
+            prefer_not=frozenset(state.failed_on),
+            # A key already found with no board does not make every later job wait for one.
+            registration_wait_s=0.0 if state.board_key in self.measures.unregistered_keys else None,
+            golden=self.goldens.model(job),
+            checked_boards=frozenset(self.measures.checked_boards),
+        )
+        return MeasureItem(self._entry(job).runner, request)
+
+    # --- finished work ----------------------------------------------------------------------------
+
+    def _finished(self, task: BuildTask | GoldenTask | MeasureTask, handle: Any) -> None:
+        """Store what the finished task produced and queue what follows from it."""
+        try:
+            results: list[Any] | BaseException = self.pool.result(handle)
+        except Exception as exc:  # the task itself died (a worker crash after Ray's retries)
+            results = exc
+        if isinstance(task, GoldenTask):
+            self.builds_in_flight -= 1
+            self.goldens.finished(task.key, task.golden, None if isinstance(results, BaseException) else results[0])
+        elif isinstance(task, BuildTask):
+            self.builds_in_flight -= 1
+            self._builds_done(task, results)
+        else:
+            self.measures.measuring[task.board_key] -= 1
+            self._runs_done(task, results)
+
+    def _builds_done(self, task: BuildTask, results: list[BuildResult] | BaseException) -> None:
+        done: list[tuple[str, Build]] = []
+        for i, build_key in enumerate(task.build_keys):
+            if isinstance(results, BaseException):
+                build, data = Build(build_key, status="build", error=f"build task failed: {one_line(results)}"), None
+            else:
+                build, data = results[i].build, results[i].data
+                self.build_speed.note(self._entry(self.by_build[build_key][0].job).builder, results[i].seconds)
+            done += self.queue.finished(build_key, build, data)
+        for build_key, build in done:
+            self.listener.on_build_done(self.by_build[build_key][0].job, build)
+        for build_key, _ in done:
+            self._enqueue(build_key)
+
+    def _enqueue(self, build_key: str) -> None:
+        """The jobs of a done build: ended (the build failed), queued to measure, or their leader's copy."""
+        build = self.queue.builds[build_key]
+        for state in self.by_build[build_key]:
+            if not build.ok:
+                state.status = build.status
+                self.listener.on_job_ended(state.key, build.status, build.error)
+                continue
+            leader = self.equivalence.leader_of(state, build)
+            if leader is None:
+                self.measures.add(state, state.next_attempt())
+            elif leader.run is not None:
+                self._equivalent(leader, leader.run, state)
+
+    def _runs_done(self, task: MeasureTask, results: list[MeasureResult] | BaseException) -> None:
+        items = task.items
+        if not isinstance(results, BaseException):  # a batch that stopped early: the rest go back to the front
+            self.measures.put_back(task.board_key, items[len(results) :])
+            items = items[: len(results)]
+        for i, (state, attempt) in enumerate(items):
+            if isinstance(results, BaseException):
+                error = f"measurement task failed: {one_line(results)}"
+                run = Run(job_key=state.key, attempt=attempt, status="infra", error=error)
+            else:
+                run = results[i].run
+                self.measure_speed.note(self._entry(state.job).runner, results[i].seconds)
+            self.measures.note(state, run)
+            if self.measures.retries(run, attempt):
+                self.listener.on_retry(run)
+                self.measures.add(state, state.next_attempt())
+                continue
+            state.run, state.status = run, run.status
+            self.listener.on_run_done(run, final=run.status not in PENDING_STATUSES, equivalent=False)
+            for follower in state.followers:
+                self._equivalent(state, run, follower)
+            state.followers.clear()
+
+    def _equivalent(self, leader: JobState, run: Run, state: JobState) -> None:
+        """Give ``state`` the outcome of ``leader``, which ran the identical program."""
+        copy = replace(run, job_key=state.key, attempt=state.next_attempt(), equivalent_to=leader.key)
+        state.run, state.status = copy, copy.status
+        self.listener.on_run_done(copy, final=run.status not in PENDING_STATUSES, equivalent=True)
+
+    def _entry(self, job: Job) -> Executor:
+        return self.executors[job.executor]
+
+    # --- before the loop --------------------------------------------------------------------------
+
+    def _referenced(self, jobs: list[Job]) -> list[Job]:
+        """The jobs whose reference ONNX Runtime computes; the others end now as one `model` row each."""
+        ok = []
+        for job in jobs:
+            self._heartbeat()  # references of big models take a while before the loop starts
+            problem = self.references.problem(job)
+            if problem is None:
+                ok.append(job)
+            else:
+                self.listener.on_job_ended(job.key, "model", problem)
+        return ok
+
+    def _tuning_env(self, job: Job) -> Any:
+        """What a tuned build needs from the driver (None for an untuned one)."""
+        if not job.tuning:
+            return None
+        from orchestrator.tuning import records_database, untuned_profile
+        from workers.tracker_client import key_boards, tracker_summary
+        from workers.tuning.stage import TuningEnv
+
+        key = job.target.board_key
+        try:
+            boards = len(key_boards(tracker_summary(self.tracker), key))
+        except OSError:
+            boards = 1
+        return TuningEnv(
+            tracker=self.tracker,
+            database=records_database(self.store, self.cache.root.parent, job, self.tvm_version),
+            fence_host=self.pool.fence_host if key in self.measures.fenced else None,
+            avoid=self.quarantine.boards(),
+            boards=max(1, boards),
+            profile=untuned_profile(self.store, job),
+            progress=self.pool.tuning_progress_name,
+        )
+
+    # --- the driver's pulse -----------------------------------------------------------------------
+
+    def _poll_tuning(self) -> None:
+        """Trials done / budget of the tuned builds in flight, to the listeners (about once a second)."""
+        now = time.monotonic()
+        if now - self._tuning_polled < TUNING_POLL_S:
+            return
+        self._tuning_polled = now
+        table = self.pool.tuning_progress()
+        if table is None or table == self._tuning_seen:
+            return
+        self._tuning_seen = table
+        self.listener.on_tuning(sum(d for d, _ in table.values()), sum(b for _, b in table.values()))
+
+    def _heartbeat(self) -> None:
+        """Tell readers this driver is alive (core/liveness.py), at most every HEARTBEAT_S: one UPDATE."""
+        now = time.monotonic()
+        if now - self._beat_at < HEARTBEAT_S:
+            return
+        self._beat_at = now
+        with contextlib.suppress(OperationalError):  # a missed beat is harmless; the next one is 5 s away
+            self.store.heartbeat(self.sweep_id)
+
+    def _cancel_requested(self) -> bool:
+        """Poll the sweep's cancel flag (set by `tvmbench sweep cancel`), at most every CANCEL_POLL_S."""
+        now = time.monotonic()
+        if now - self._cancel_polled < CANCEL_POLL_S:
+            return False
+        self._cancel_polled = now
+        return self.store.sweep_status(self.sweep_id) == "cancelling"
+
+    def _cancel(self) -> None:
+        """Stop everything in flight and mark what has no final row ``cancelled``."""
+        self.pool.cancel(list(self.in_flight))
+        self.in_flight.clear()
+        before = self.store.job_statuses(self.sweep_id)
+        self.listener.on_cancel(sum(status in PENDING_STATUSES for status in before.values()))
+        self.cancelled = True

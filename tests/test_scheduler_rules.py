@@ -1,0 +1,316 @@
+"""The scheduler's rules with fake Builders and Runners, through the in-process pool and a real SQLite store.
+
+No Ray, no TVM, no farm: program reuse, equivalence, the host fence, retries, quarantine, cancel and
+resume, each in well under a second. The real-Ray integration tests (test_sweep.py, test_faults_sweep.py,
+test_chaos.py) cover the same rules end to end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+
+from db import models as m
+from db.store import ResultStore
+from orchestrator.plan import plan_jobs
+from orchestrator.scheduling import sweep as loop
+from orchestrator.scheduling.events import Listener
+from orchestrator.scheduling.measurements import FixedBoards
+from orchestrator.scheduling.pool import InlinePool
+from orchestrator.scheduling.run import execute_sweep, run_sweep
+from orchestrator.spec import SweepSpec, load_spec
+from tests.conftest import write_sweep
+from tvmbench.core.records import Build, Job, Run, TargetSpec
+from workers import model_zoo
+from workers.artifacts import ArtifactCache
+from workers.build_common import tvm_versions
+from workers.executors.base import Executor, not_mcu
+from workers.executors.requests import BuildRequest, MeasureRequest
+from workers.program_index import reuse_key
+
+TVM = tvm_versions()[0]
+HEAVY = ("ray", "tvm")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_ray_or_tvm() -> Iterator[None]:
+    """None of these tests may start Ray or import TVM (checked where they were not imported before)."""
+    before = {name for name in HEAVY if name in sys.modules}
+    yield
+    assert {name for name in HEAVY if name in sys.modules} <= before, "a scheduler rule test imported Ray or TVM"
+
+
+class FakeBuilder:
+    """Builds at once; ``program(job)`` says which jobs have the identical program (default: each its own)."""
+
+    def __init__(self, program: Callable[[Job], str] = lambda job: job.key) -> None:
+        self.program = program
+        self.compiled: list[str] = []  # build keys that ran codegen
+
+    def build(self, request: BuildRequest) -> tuple[Build, bytes | None]:
+        job, claim = request.job, request.claim
+        key, fingerprint = job.build_key(TVM), self.program(job)
+        owner = claim(reuse_key(fingerprint, job), key) if claim is not None else None
+        if owner is not None:
+            return Build(build_key=key, status="ok", fingerprint=fingerprint, reused_from=owner), None
+        self.compiled.append(key)
+        data = f"artifact of {fingerprint}".encode()
+        sha = hashlib.sha256(data).hexdigest()
+        return Build(build_key=key, status="ok", fingerprint=fingerprint, artifact_sha256=sha, artifact_size=1), data
+
+
+class FakeRunner:
+    """Runs at once on a board of the job's key: the first of ``boards`` not avoided or preferred against.
+
+    ``outcome(job, attempt, board)`` gives the status (default ok); ``calls`` records what each run was given.
+    """
+
+    def __init__(self, boards: tuple[str, ...] = ("b1", "b2"), outcome: Callable[..., str] | None = None) -> None:
+        self.boards, self.outcome = boards, outcome or (lambda _job, _attempt, _board: "ok")
+        self.calls: list[dict[str, Any]] = []
+
+    def run(self, request: MeasureRequest) -> Run:
+        job, attempt, builds_in_flight = request.job, request.attempt, request.builds_in_flight
+        ids = [f"{job.target.board_key}@{b}" for b in self.boards]
+        usable = [b for b in ids if b not in request.avoid]
+        chosen = next((b for b in usable if b not in request.prefer_not), usable[0])
+        board = {
+            f: getattr(request, f) for f in ("avoid", "prefer_not", "registration_wait_s", "golden", "checked_boards")
+        }
+        self.calls.append({"job": job.key, "attempt": attempt, "board": chosen, "artifact": request.artifact, **board,
+                           "builds_in_flight": builds_in_flight})  # fmt: skip
+        status = self.outcome(job, attempt, chosen)
+        samples = (1.0,) if status == "ok" else ()
+        return Run(job_key=job.key, attempt=attempt, status=status, board_id=chosen, samples_ms=samples,
+                   builds_in_flight=builds_in_flight, error=None if status == "ok" else "board said no")  # fmt: skip
+
+
+class Events(Listener):
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def on_build_done(self, job: Job, build: Build) -> None:
+        self.seen.append("build_done")
+
+    def on_run_done(self, run: Run, *, final: bool, equivalent: bool) -> None:
+        self.seen.append("equivalent" if equivalent else "run_done")
+
+    def on_retry(self, run: Run) -> None:
+        self.seen.append("retry")
+
+    def on_cancel(self, pending: int) -> None:
+        self.seen.append("cancel")
+
+
+def make_spec(tmp_path: Path, board_keys: tuple[str, ...], opt_levels: tuple[int, ...] = (2,)) -> SweepSpec:
+    """tiny_mlp on one llvm target per board key (distinct targets: distinct build keys), vm-bytecode."""
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "tiny_mlp.onnx")
+    spec = load_spec(write_sweep(tmp_path, '[[models]]\npath = "tiny_mlp.onnx"\n[measure]\nnumber = 1\nrepeat = 1\n'))
+    targets = tuple(
+        TargetSpec(f"t{i}", tvm_target={"kind": "llvm", "fake": i}, board_key=key, arch="x86_64")
+        for i, key in enumerate(board_keys)
+    )
+    return replace(spec, targets=targets, opt_levels=opt_levels)
+
+
+def sweep(
+    spec: SweepSpec,
+    store: ResultStore,
+    tmp_path: Path,
+    builder: FakeBuilder,
+    runner: FakeRunner,
+    pool: InlinePool | None = None,
+    boards: FixedBoards | None = None,
+    **options: Any,
+):
+    executors = {"vm-bytecode": Executor("vm-bytecode", builder, runner, accepts=not_mcu)}
+    return run_sweep(
+        spec,
+        store,
+        "tracker.invalid:9190",
+        ArtifactCache(tmp_path / "artifacts"),
+        health_checks=False,
+        executors=executors,
+        pool=pool or InlinePool(),
+        boards=boards or FixedBoards(per_key={"k": 2}),
+        **options,
+    )
+
+
+def runs_of(store: ResultStore, sweep_id: str) -> list[tuple[str, int, str, str | None, str | None]]:
+    """(job key, attempt, status, board, equivalent_to) of every run of the sweep, in order."""
+    from sqlalchemy import select
+
+    with store.read() as s:
+        rows = s.execute(
+            select(m.Job.job_key, m.Run.attempt, m.Run.status, m.Run.board_id, m.Run.equivalent_to)
+            .join(m.Job, m.Job.id == m.Run.job_id)
+            .where(m.Job.sweep_id == sweep_id)
+            .order_by(m.Run.id)
+        ).all()
+    return [tuple(r) for r in rows]
+
+
+def test_identical_programs_compile_once_and_share_the_artifact(tmp_path: Path, store: ResultStore) -> None:
+    spec = make_spec(tmp_path, ("k",), opt_levels=(2, 3))
+    builder = FakeBuilder(program=lambda job: "one program")  # opt_level 2 and 3 lower to the same IR
+    runner = FakeRunner()
+    outcome = sweep(spec, store, tmp_path, builder, runner, boards=FixedBoards(per_key={"k": 1}))
+    assert len(builder.compiled) == 1 and outcome.built == 2 and outcome.codegen_skipped == 1, outcome
+    builds = [store.get_build(j.build_key(TVM)) for j in plan_jobs(spec)]
+    assert {b.artifact_sha256 for b in builds} == {builds[0].artifact_sha256} and builds[0].artifact_sha256
+
+
+def test_a_follower_gets_the_leaders_run_with_equivalent_to(tmp_path: Path, store: ResultStore) -> None:
+    spec = make_spec(tmp_path, ("k",), opt_levels=(2, 3))
+    events = Events()
+    runner = FakeRunner()
+    outcome = sweep(spec, store, tmp_path, FakeBuilder(program=lambda job: "one program"), runner,
+                    listeners=(events,))  # fmt: skip
+    assert len(runner.calls) == 1, runner.calls
+    (leader, _, status, board, none), (follower, attempt, copied, same_board, equivalent_to) = runs_of(
+        store, spec.sweep_id
+    )
+    assert none is None and equivalent_to == leader and follower != leader
+    assert (attempt, copied, same_board) == (1, status, board)
+    assert (outcome.measured, outcome.equivalent, dict(outcome.statuses)) == (1, 1, {"ok": 2})
+    assert events.seen.count("equivalent") == 1
+
+
+def test_no_build_runs_while_a_fenced_board_measures(tmp_path: Path, store: ResultStore) -> None:
+    spec = make_spec(tmp_path, ("host", "host", "host", "remote", "remote", "remote"))
+    pool = InlinePool(builds_at_once=2)
+    runner = FakeRunner()
+    outcome = sweep(spec, store, tmp_path, FakeBuilder(), runner, pool=pool,
+                    boards=FixedBoards(sharing={"host"}, per_key={"host": 3, "remote": 3}))  # fmt: skip
+    assert dict(outcome.statuses) == {"ok": 6}
+
+    def fenced(kind: str, items: list[Any]) -> bool:
+        return kind == "measure" and items[0].request.job.target.board_key == "host"
+
+    for kind, items, in_flight in pool.submitted:
+        if kind == "build":
+            assert not any(fenced(*other) for other in in_flight), "a build started while a host board was timed"
+        if fenced(kind, items):
+            assert not any(k == "build" or fenced(k, i) for k, i in in_flight), "a host board was not timed alone"
+    host_runs = [
+        c for c in runner.calls if c["job"] in {j.key for j in plan_jobs(spec) if j.target.board_key == "host"}
+    ]
+    assert len(host_runs) == 3 and {c["builds_in_flight"] for c in host_runs} == {0}
+    # Remote boards are not fenced: one of them was measured while a build ran.
+    assert any(c["builds_in_flight"] for c in runner.calls if c not in host_runs)
+
+
+def test_an_infra_failure_runs_again_on_another_board_then_ends(tmp_path: Path, store: ResultStore) -> None:
+    spec = make_spec(tmp_path, ("k", "k2"))
+    flaky, dead = (j.key for j in plan_jobs(spec))  # k: fails once on b1; k2: every board dies
+    events = Events()
+
+    def outcome_of(job: Job, attempt: int, board: str) -> str:
+        return "infra" if job.key == dead or (board.endswith("@b1") and attempt == 1) else "ok"
+
+    runner = FakeRunner(outcome=outcome_of)
+    outcome = sweep(spec, store, tmp_path, FakeBuilder(), runner, listeners=(events,))
+    runs = runs_of(store, spec.sweep_id)
+    assert [r[:4] for r in runs if r[0] == flaky] == [(flaky, 1, "infra", "k@b1"), (flaky, 2, "ok", "k@b2")]
+    assert [r[1:3] for r in runs if r[0] == dead] == [(1, "infra"), (2, "infra")]  # MAX_ATTEMPTS, then it ends
+    retried = [c for c in runner.calls if c["attempt"] == 2 and c["job"] == flaky]
+    assert retried[0]["prefer_not"] == {"k@b1"}
+    assert store.job_statuses(spec.sweep_id) == {flaky: "ok", dead: "infra"}
+    assert dict(outcome.statuses) == {"ok": 1, "infra": 1} and events.seen.count("retry") == 2
+
+
+def test_a_quarantined_board_is_avoided(tmp_path: Path, store: ResultStore) -> None:
+    with store._tx() as s:  # a board an earlier sweep quarantined
+        s.add(m.Board(id="k@b1", key="k", state="quarantined", consecutive_failures=3, last_seen=datetime.now(UTC)))
+    spec = make_spec(tmp_path, ("k", "k"))
+    runner = FakeRunner()
+    outcome = sweep(spec, store, tmp_path, FakeBuilder(), runner)
+    assert dict(outcome.statuses) == {"ok": 2}
+    assert all(c["avoid"] == {"k@b1"} for c in runner.calls) and len(runner.calls) == 2
+    assert {r[3] for r in runs_of(store, spec.sweep_id)} == {"k@b2"}
+
+
+def test_a_board_quarantined_mid_sweep_is_avoided_from_then_on(tmp_path: Path, store: ResultStore) -> None:
+    spec = make_spec(tmp_path, ("k",) * 5)
+    runner = FakeRunner(outcome=lambda _job, _attempt, board: "infra" if board == "k@b1" else "ok")
+    sweep(spec, store, tmp_path, FakeBuilder(), runner, boards=FixedBoards(per_key={"k": 1}))
+    assert store.board_states()["k@b1"] == "quarantined"
+    on_b1 = [i for i, c in enumerate(runner.calls) if c["board"] == "k@b1"]
+    assert len(on_b1) == 3  # QUARANTINE_AFTER faults in a row, then never again
+    assert all("k@b1" in c["avoid"] for c in runner.calls[on_b1[-1] + 1 :]) and runner.calls[on_b1[-1] + 1 :]
+
+
+def test_cancel_ends_pending_jobs_and_keeps_finished_rows(
+    tmp_path: Path, store: ResultStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loop, "CANCEL_POLL_S", 0.0)
+    spec = make_spec(tmp_path, ("k",) * 6)
+    events = Events()
+
+    def cancel_after_two(job: Job, attempt: int, board: str) -> str:
+        if len(runner.calls) == 2:
+            store.request_cancel(spec.sweep_id)  # `tvmbench sweep cancel` from another process
+        return "ok"
+
+    runner = FakeRunner(outcome=cancel_after_two)
+    outcome = sweep(spec, store, tmp_path, FakeBuilder(), runner, boards=FixedBoards(per_key={"k": 1}),
+                    listeners=(events,))  # fmt: skip
+    statuses = Counter(store.job_statuses(spec.sweep_id).values())
+    assert statuses == Counter({"ok": 2, "cancelled": 4}), statuses
+    assert len(runner.calls) == 2 and store.get_sweep(spec.sweep_id).status == "cancelled"
+    assert outcome.statuses == Counter({"ok": 2, "cancelled": 4}) and events.seen[-1] == "cancel"
+
+
+def test_a_second_run_skips_final_jobs(tmp_path: Path, store: ResultStore) -> None:
+    spec = make_spec(tmp_path, ("k", "gone"))
+    _, waiting = (j.key for j in plan_jobs(spec))
+    first = FakeRunner(outcome=lambda job, _a, _b: "pending-device" if job.key == waiting else "ok")
+    assert not sweep(spec, store, tmp_path, FakeBuilder(), first).complete
+    builder, second = FakeBuilder(), FakeRunner()
+    outcome = sweep(spec, store, tmp_path, builder, second)
+    assert [(c["job"], c["attempt"]) for c in second.calls] == [(waiting, 2)]  # attempts go on counting
+    assert builder.compiled == [] and outcome.cached == 1 and outcome.already_final == 1, outcome
+    assert outcome.complete and store.get_sweep(spec.sweep_id).status == "complete"
+
+
+def test_a_sweep_with_nothing_left_starts_no_farm_and_no_pool(tmp_path: Path, store: ResultStore) -> None:
+    spec = make_spec(tmp_path, ("k", "k"))
+    sweep(spec, store, tmp_path, FakeBuilder(), FakeRunner())
+    # No tracker, no Ray, no pool given: finding that nothing is left needs none of them.
+    outcome = execute_sweep(spec, store, tmp_path / "home", tracker="tracker.invalid:1")
+    assert (outcome.already_final, dict(outcome.statuses)) == (2, {"ok": 2})
+    assert store.get_sweep(spec.sweep_id).status == "complete"
+
+
+def test_cheap_builds_and_measurements_share_tasks(tmp_path: Path, store: ResultStore) -> None:
+    spec = make_spec(tmp_path, ("k",) * 40)
+    pool = InlinePool(builds_at_once=2)
+    outcome = sweep(spec, store, tmp_path, FakeBuilder(), FakeRunner(), pool=pool,
+                    boards=FixedBoards(per_key={"k": 1}))  # fmt: skip
+    assert dict(outcome.statuses) == {"ok": 40} and outcome.built == 40
+    sizes = Counter(kind for kind, _, _ in pool.submitted)
+    assert sizes["build"] < 40 and sizes["measure"] < 40, sizes  # batched once the first were seen to be quick
+    assert [r[1] for r in runs_of(store, spec.sweep_id)] == [1] * 40
+
+
+def test_the_rules_run_without_ray_or_tvm_in_a_fresh_process() -> None:
+    """The module's tests again in a process of their own, where the fixture's check is not vacuous."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "not fresh_process"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "error" not in proc.stdout.splitlines()[-1], proc.stdout[-500:]
