@@ -1,0 +1,103 @@
+"""The import check: a child process of a toolchain's interpreter imports its TVM and reports the facts.
+
+Run at ``toolchains add`` (the full check: the build path's modules and names, ``compat.py``) and by
+``check`` (the cheap one: the recorded libraries are there and ``import tvm`` works). A child process,
+because a TVM that does not load may not raise: a missing symbol is an OSError, a bad ffi a segfault.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from workers.toolchains.toolchain import Toolchain, ToolchainError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+FACTS_PREFIX = "TVMBENCH-FACTS "
+IMPORT_TIMEOUT_S = 300.0  # importing TVM takes seconds; a loaded 2-core machine takes far longer
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a toolchain's child: the project importable, nothing of this venv's packages."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "VIRTUAL_ENV", "__PYVENV_LAUNCHER__")}
+    env["PYTHONPATH"] = str(PROJECT_ROOT)  # replaces the parent's: its packages are not the toolchain's
+    env["PYTHONNOUSERSITE"] = "1"
+    return env
+
+
+def last_line(text: str) -> str:
+    """The last non-empty line of a child's stderr (a traceback's last line names the error)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def exit_reason(returncode: int) -> str:
+    """'exited with status N' or 'killed by signal N' (a segfault in TVM's libraries is the latter)."""
+    return f"killed by signal {-returncode}" if returncode < 0 else f"exited with status {returncode}"
+
+
+def run_facts(python: str, *, quick: bool = False, what: str = "interpreter") -> dict[str, Any]:
+    """The facts ``compat.py`` reports under ``python`` (ToolchainError with one line when it cannot)."""
+    if not Path(python).exists():
+        raise ToolchainError(f"{what} {python} does not exist: give the path of a python that can import tvm")
+    command = [python, "-m", "workers.toolchains.compat", *(["--quick"] if quick else [])]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=child_env(), cwd=PROJECT_ROOT, timeout=IMPORT_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        raise ToolchainError(f"{what} {python}: importing tvm took over {IMPORT_TIMEOUT_S:g} s") from None
+    except OSError as exc:
+        raise ToolchainError(f"{what} {python} cannot run ({exc.strerror or exc}): give a python interpreter") from None
+    facts = [line for line in done.stdout.splitlines() if line.startswith(FACTS_PREFIX)]
+    if done.returncode != 0 or not facts:
+        raise ToolchainError(
+            f"{what} {python} cannot import TVM ({exit_reason(done.returncode)}: {last_line(done.stderr)})"
+        )
+    return json.loads(facts[-1][len(FACTS_PREFIX) :])
+
+
+def import_check(python: str, *, what: str = "interpreter") -> dict[str, Any]:
+    """The full check at ``add``: TVM imports and the build path is all there (ToolchainError naming what is not)."""
+    facts = run_facts(python, what=what)
+    if facts["missing"]:
+        shown = "; ".join(facts["missing"][:3]) + (
+            f"; and {len(facts['missing']) - 3} more" if len(facts["missing"]) > 3 else ""
+        )
+        raise ToolchainError(
+            f"{what} {python} has TVM {facts['tvm_version']} but not what the build needs ({shown}): "
+            "install the missing packages into it (pip install onnx numpy), or use a supported release"
+        )
+    return facts
+
+
+def check(toolchain: Toolchain) -> str | None:
+    """None when the toolchain still imports its TVM, else one line naming it and how to mend it.
+
+    Cheap: the recorded libraries exist, then a child imports ``tvm`` alone (a second or two) and must
+    report the versions recorded at ``add``.
+    """
+    mend = (
+        f"`tvmbench toolchains remove {toolchain.name}` and add it again"
+        if toolchain.kind in ("release", "wheel")
+        else "repair that interpreter's TVM, or remove the toolchain"
+    )
+    gone = [lib for lib in toolchain.libraries if not Path(lib).exists()]
+    if gone:
+        return (
+            f"toolchain {toolchain.label} is broken: {Path(gone[0]).name} is gone from {Path(gone[0]).parent}: {mend}"
+        )
+    try:
+        facts = run_facts(toolchain.python, quick=True, what=f"toolchain {toolchain.label}: python")
+    except ToolchainError as exc:
+        return f"{exc}: {mend}"
+    now = (facts["tvm_version"], facts["ffi_version"])
+    if now != (toolchain.tvm_version, toolchain.ffi_version):
+        return (
+            f"toolchain {toolchain.label} changed: it now imports TVM {now[0]} with tvm-ffi {now[1]}, "
+            f"not {toolchain.tvm_version} with {toolchain.ffi_version}: {mend}"
+        )
+    return None
