@@ -190,8 +190,8 @@ def test_a_broken_toolchain_is_one_line_from_check_and_a_build_row(
     job, model = cnn_job
     build, artifact = build_in_toolchain(broken_copy, job, model)
     assert (build.status, artifact) == ("build", None)
-    assert build.error.startswith(f"toolchain {broken_copy.label}: the build process exited with status 1")
-    assert "0.26.0" in build.error and "libtvm_runtime.so" in build.error
+    assert build.error.startswith(f"toolchain {broken_copy.label}: the build failed: RuntimeError: ")
+    assert "0.26.0" in build.error and "Cannot find library libtvm_runtime.so" in build.error
     assert build.tvm_version == "0.26.0" and build.build_key == job.build_key("0.26.0")
     listed = json.loads(invoke("list", "--json", "--check").output)
     assert next(r for r in listed if r["name"] == broken_copy.name)["status"] == problem

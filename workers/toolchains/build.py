@@ -67,7 +67,9 @@ def build_in_toolchain(
         (directory / "job.pkl").write_bytes(pickle.dumps(job))
         (directory / "model.onnx").write_bytes(model_bytes)
         why = _child(toolchain, "build", directory, timeout_s)
-        result = directory / "build.pkl"
+        result, failure = directory / "build.pkl", directory / "failure.txt"
+        if why is None and failure.is_file():
+            why = f"the build failed: {failure.read_text().strip()}"
         if why is not None or not result.is_file():
             return failed_build(toolchain, job, why or "the build process wrote no result"), None
         build: Build = pickle.loads(result.read_bytes())

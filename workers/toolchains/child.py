@@ -16,12 +16,20 @@ import sys
 from pathlib import Path
 
 
-def build(directory: Path) -> int:
-    """Build the job in ``directory`` with this interpreter's TVM; the Build (and artifact) next to it."""
-    from tvmbench.core.errors import one_line
-    from tvmbench.core.records import Build
-    from workers.build_common import build_identity
+def telling(exc: BaseException) -> str:
+    """``Type: line`` for an exception the Builder did not catch: the last line naming an error, else the
+    first (TVM's "Cannot find library ...; searched directories:" lists the folders after it)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    line = next((ln for ln in reversed(lines) if "rror" in ln), lines[0] if lines else "")
+    return f"{type(exc).__name__}: {line}"[:400] if line else type(exc).__name__
 
+
+def build(directory: Path) -> int:
+    """Build the job in ``directory`` with this interpreter's TVM; the Build (and artifact) next to it.
+
+    An exception the Builder does not turn into a Build (TVM fails to import) goes to ``failure.txt``,
+    one line, for the parent to name the toolchain.
+    """
     job = pickle.loads((directory / "job.pkl").read_bytes())
     model = (directory / "model.onnx").read_bytes()
     try:
@@ -30,8 +38,9 @@ def build(directory: Path) -> int:
         from workers.executors.registry import build_job
 
         result, artifact = build_job(job, model)
-    except Exception as exc:  # the Builder returns its own failures; this is one it did not expect
-        result, artifact = Build(status="build", error=one_line(exc), **build_identity(job)), None
+    except Exception as exc:
+        (directory / "failure.txt").write_text(telling(exc))
+        return 0
     if artifact is not None:
         (directory / "program.so").write_bytes(artifact)
     (directory / "build.pkl").write_bytes(pickle.dumps(result))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -28,10 +29,14 @@ def child_env() -> dict[str, str]:
     return env
 
 
+_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception)\b|Fatal Python error|Segmentation fault)")
+
+
 def last_line(text: str) -> str:
-    """The last non-empty line of a child's stderr (a traceback's last line names the error)."""
+    """The telling line of a child's stderr: the last that names an error (a traceback's exception line;
+    TVM's messages go on over lines listing paths), else the last non-empty line."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else "no output"
+    return next((line for line in reversed(lines) if _ERROR_LINE.match(line)), lines[-1] if lines else "no output")
 
 
 def exit_reason(returncode: int) -> str:

@@ -55,8 +55,11 @@ def spec_of(spec: Any) -> ToolchainSpec | None:
 
 
 def find(spec: Any) -> Toolchain | None:
-    """The toolchain a spec or a name stands for, None when it is not added (ToolchainError when malformed)."""
-    parsed = spec_of(spec)
+    """The toolchain a spec or a name stands for, None when it is not added (or is no spec nor name)."""
+    try:
+        parsed = spec_of(spec)
+    except ToolchainError:
+        return None
     if parsed is None:
         return load(spec)
     if parsed.kind == "interpreter":
