@@ -107,12 +107,26 @@ def loaded_libraries() -> list[str]:
     return list(found)
 
 
+def serialise_smoke() -> None:
+    """Save and load one IR node as JSON: the call MetaSchedule makes for every record and workload, and
+    the one a mismatched apache-tvm-ffi kills the process in (0.27.0.post1 with ffi 0.1.15.post2)."""
+    import tvm
+
+    if int(tvm.ir.load_json(tvm.ir.save_json(tvm.tirx.IntImm("int32", 7)))) != 7:
+        raise RuntimeError("tvm.ir.save_json / load_json do not round-trip an integer")
+
+
 def facts() -> dict[str, Any]:
     """The TVM of this interpreter: versions, what the build path misses, its loaded libraries."""
     import tvm
     import tvm_ffi
 
     missing = missing_surface()
+    if not missing:
+        try:
+            serialise_smoke()
+        except Exception as exc:
+            missing.append(f"tvm.ir.save_json: {type(exc).__name__}: {exc}")
     return {
         "tvm_version": tvm.__version__,
         "ffi_version": tvm_ffi.__version__,

@@ -26,6 +26,7 @@ def child_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "VIRTUAL_ENV", "__PYVENV_LAUNCHER__")}
     env["PYTHONPATH"] = str(PROJECT_ROOT)  # replaces the parent's: its packages are not the toolchain's
     env["PYTHONNOUSERSITE"] = "1"
+    env["PYTHONFAULTHANDLER"] = "1"  # a crash in TVM's libraries says where on stderr
     return env
 
 
@@ -59,9 +60,10 @@ def run_facts(python: str, *, quick: bool = False, what: str = "interpreter") ->
         raise ToolchainError(f"{what} {python} cannot run ({exc.strerror or exc}): give a python interpreter") from None
     facts = [line for line in done.stdout.splitlines() if line.startswith(FACTS_PREFIX)]
     if done.returncode != 0 or not facts:
-        raise ToolchainError(
-            f"{what} {python} cannot import TVM ({exit_reason(done.returncode)}: {last_line(done.stderr)})"
-        )
+        # A segfault while saving IR as JSON (compat.serialise_smoke) is a mismatched apache-tvm-ffi.
+        crashed = done.returncode < 0 or "Segmentation fault" in done.stderr
+        doing = "fails the import check" if crashed and not quick else "cannot import TVM"
+        raise ToolchainError(f"{what} {python} {doing} ({exit_reason(done.returncode)}: {last_line(done.stderr)})")
     return json.loads(facts[-1][len(FACTS_PREFIX) :])
 
 
