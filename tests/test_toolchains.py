@@ -210,3 +210,20 @@ def test_release_checks_without_provisioning() -> None:
     assert provision.check_release("0.25.0.post1").ffi == "0.1.12"
     with pytest.raises(ToolchainError, match="not on the package index"):
         provision.check_release("0.1.0")
+
+
+def test_a_childs_telling_line_from_tvms_multiline_errors_and_segfaults() -> None:
+    missing = (
+        'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
+        "RuntimeError: Cannot find library libtvm_runtime.so; searched directories:\n  /usr/lib\n  /bin\n"
+    )
+    assert probe.last_line(missing) == "RuntimeError: Cannot find library libtvm_runtime.so; searched directories:"
+    # What 0.27.0.post1 with apache-tvm-ffi 0.1.15.post2 printed here, in tvm.ir.save_json.
+    segfault = (
+        "!!!!!!! Segfault encountered !!!!!!!\n"
+        '  File "./signal/../sysdeps/unix/sysv/linux/x86_64/libc_sigaction.c", line 0, in 0x00007f6bfea5a04f\n'
+        '  File "<unknown>", line 0, in tvm::ffi::ToJSONGraph(tvm::ffi::Any const&, tvm::ffi::Any const&)\n'
+        '  File "Objects/call.c", line 214, in _PyObject_MakeTpCall\n'
+    )
+    assert probe.last_line(segfault) == "segfault in tvm::ffi::ToJSONGraph"
+    assert probe.last_line("") == "no output"

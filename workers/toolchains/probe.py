@@ -31,12 +31,16 @@ def child_env() -> dict[str, str]:
 
 
 _ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception)\b|Fatal Python error|Segmentation fault)")
+_FRAME = re.compile(r" in ((tvm|TVM)[\w:]*)")  # the first of TVM's native frames (``in tvm::ffi::ToJSONGraph(``)
 
 
 def last_line(text: str) -> str:
     """The telling line of a child's stderr: the last that names an error (a traceback's exception line;
     TVM's messages go on over lines listing paths), else the last non-empty line."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if any("Segfault encountered" in line for line in lines):  # tvm_ffi's handler prints the native frames
+        frame = next((_FRAME.search(line) for line in lines if _FRAME.search(line)), None)
+        return f"segfault in {frame.group(1)}" if frame else "segfault"
     return next((line for line in reversed(lines) if _ERROR_LINE.match(line)), lines[-1] if lines else "no output")
 
 
@@ -63,7 +67,10 @@ def run_facts(python: str, *, quick: bool = False, what: str = "interpreter") ->
         # A segfault while saving IR as JSON (compat.serialise_smoke) is a mismatched apache-tvm-ffi.
         crashed = done.returncode < 0 or "Segmentation fault" in done.stderr
         doing = "fails the import check" if crashed and not quick else "cannot import TVM"
-        raise ToolchainError(f"{what} {python} {doing} ({exit_reason(done.returncode)}: {last_line(done.stderr)})")
+        hint = ": is its apache-tvm-ffi the one its TVM loads with? (workers/toolchains/pins.py)" if crashed else ""
+        raise ToolchainError(
+            f"{what} {python} {doing} ({exit_reason(done.returncode)}: {last_line(done.stderr)}){hint}"
+        )
     return json.loads(facts[-1][len(FACTS_PREFIX) :])
 
 
