@@ -227,3 +227,21 @@ def test_a_childs_telling_line_from_tvms_multiline_errors_and_segfaults() -> Non
     )
     assert probe.last_line(segfault) == "segfault in tvm::ffi::ToJSONGraph"
     assert probe.last_line("") == "no output"
+
+
+def test_an_interpreter_whose_tvm_is_on_its_pythonpath_keeps_it(
+    tvm026: Toolchain, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TVM source build is found through PYTHONPATH: the one at add is kept for its checks and builds."""
+    venv = Path(tvm026.python).parents[1]
+    config = dict(line.split(" = ", 1) for line in (venv / "pyvenv.cfg").read_text().splitlines() if " = " in line)
+    base = config["executable"]  # the venv's own Python, which has no TVM of its own
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    added = invoke("add", "--python", base, "--json")
+    assert added.exit_code == 0, added.output
+    assert json.loads(added.output)["tvm_version"] == "0.26.0"
+    monkeypatch.delenv("PYTHONPATH")
+    toolchain = registry.find({"python": base})
+    assert toolchain is not None and toolchain.pythonpath == str(site)
+    assert probe.check(toolchain) is None

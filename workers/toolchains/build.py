@@ -31,7 +31,12 @@ def _child(toolchain: Toolchain, mode: str, directory: Path, timeout_s: float) -
     command = [toolchain.python, "-m", "workers.toolchains.child", mode, str(directory)]
     try:
         done = subprocess.run(
-            command, capture_output=True, text=True, env=child_env(), cwd=PROJECT_ROOT, timeout=timeout_s
+            command,
+            capture_output=True,
+            text=True,
+            env=child_env(toolchain.pythonpath),
+            cwd=PROJECT_ROOT,
+            timeout=timeout_s,
         )
     except subprocess.TimeoutExpired:
         return f"the {mode} ran over {timeout_s:g} s"

@@ -21,10 +21,16 @@ FACTS_PREFIX = "TVMBENCH-FACTS "
 IMPORT_TIMEOUT_S = 300.0  # importing TVM takes seconds; a loaded 2-core machine takes far longer
 
 
-def child_env() -> dict[str, str]:
-    """The environment of a toolchain's child: the project importable, nothing of this venv's packages."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "VIRTUAL_ENV", "__PYVENV_LAUNCHER__")}
-    env["PYTHONPATH"] = str(PROJECT_ROOT)  # replaces the parent's: its packages are not the toolchain's
+# Variables that point Python or TVM at another installation: a venv's child must see its own TVM only.
+_FOREIGN = ("PYTHONHOME", "VIRTUAL_ENV", "__PYVENV_LAUNCHER__", "TVM_LIBRARY_PATH", "TVM_HOME")
+
+
+def child_env(pythonpath: str | None = None) -> dict[str, str]:
+    """The environment of a toolchain's child: the project importable, then ``pythonpath`` (an interpreter's
+    own, recorded at add: a TVM source build is on it); for a venv none of the parent's paths or TVM."""
+    keep = ("TVM_LIBRARY_PATH", "TVM_HOME") if pythonpath is not None else ()
+    env = {k: v for k, v in os.environ.items() if k not in _FOREIGN or k in keep}
+    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), *([pythonpath] if pythonpath else [])])
     env["PYTHONNOUSERSITE"] = "1"
     env["PYTHONFAULTHANDLER"] = "1"  # a crash in TVM's libraries says where on stderr
     return env
@@ -49,14 +55,21 @@ def exit_reason(returncode: int) -> str:
     return f"killed by signal {-returncode}" if returncode < 0 else f"exited with status {returncode}"
 
 
-def run_facts(python: str, *, quick: bool = False, what: str = "interpreter") -> dict[str, Any]:
+def run_facts(
+    python: str, *, quick: bool = False, what: str = "interpreter", pythonpath: str | None = None
+) -> dict[str, Any]:
     """The facts ``compat.py`` reports under ``python`` (ToolchainError with one line when it cannot)."""
     if not Path(python).exists():
         raise ToolchainError(f"{what} {python} does not exist: give the path of a python that can import tvm")
     command = [python, "-m", "workers.toolchains.compat", *(["--quick"] if quick else [])]
     try:
         done = subprocess.run(
-            command, capture_output=True, text=True, env=child_env(), cwd=PROJECT_ROOT, timeout=IMPORT_TIMEOUT_S
+            command,
+            capture_output=True,
+            text=True,
+            env=child_env(pythonpath),
+            cwd=PROJECT_ROOT,
+            timeout=IMPORT_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:
         raise ToolchainError(f"{what} {python}: importing tvm took over {IMPORT_TIMEOUT_S:g} s") from None
@@ -74,9 +87,9 @@ def run_facts(python: str, *, quick: bool = False, what: str = "interpreter") ->
     return json.loads(facts[-1][len(FACTS_PREFIX) :])
 
 
-def import_check(python: str, *, what: str = "interpreter") -> dict[str, Any]:
+def import_check(python: str, *, what: str = "interpreter", pythonpath: str | None = None) -> dict[str, Any]:
     """The full check at ``add``: TVM imports and the build path is all there (ToolchainError naming what is not)."""
-    facts = run_facts(python, what=what)
+    facts = run_facts(python, what=what, pythonpath=pythonpath)
     if facts["missing"]:
         shown = "; ".join(facts["missing"][:3]) + (
             f"; and {len(facts['missing']) - 3} more" if len(facts["missing"]) > 3 else ""
@@ -105,7 +118,9 @@ def check(toolchain: Toolchain) -> str | None:
             f"toolchain {toolchain.label} is broken: {Path(gone[0]).name} is gone from {Path(gone[0]).parent}: {mend}"
         )
     try:
-        facts = run_facts(toolchain.python, quick=True, what=f"toolchain {toolchain.label}: python")
+        facts = run_facts(
+            toolchain.python, quick=True, what=f"toolchain {toolchain.label}: python", pythonpath=toolchain.pythonpath
+        )
     except ToolchainError as exc:
         return f"{exc}: {mend}"
     now = (facts["tvm_version"], facts["ffi_version"])

@@ -10,12 +10,14 @@ checked and recorded, never changed. Measured here (2 shared cores, wheels in pi
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -142,8 +144,10 @@ def add(spec: Any, progress: Progress = _quiet) -> Toolchain:
     if parsed.kind == "interpreter":
         python = Path(parsed.value).absolute()
         progress(f"interpreter {python}: import check")
-        facts = probe.import_check(str(python), what="interpreter")
+        pythonpath = os.environ.get("PYTHONPATH", "")  # a TVM source build is found through it: kept
+        facts = probe.import_check(str(python), what="interpreter", pythonpath=pythonpath)
         toolchain = _record(parsed.name(facts["tvm_version"]), parsed, str(python), python, facts, started)
+        toolchain = replace(toolchain, extra={"pythonpath": pythonpath})
         write_record(registry.directory(toolchain.name), toolchain)
         return toolchain
     if parsed.kind == "wheel":

@@ -39,6 +39,11 @@ class Toolchain:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def pythonpath(self) -> str | None:
+        """An interpreter's PYTHONPATH as it was at add ("" when unset); None for a venv (it gets none)."""
+        return self.extra.get("pythonpath", "") if self.kind in ("interpreter", "installed") else None
+
+    @property
     def label(self) -> str:
         """How error lines name it: the name, and the TVM release when the name does not say it."""
         return self.name if self.name == self.tvm_version else f"{self.name} (TVM {self.tvm_version})"
@@ -60,7 +65,15 @@ def installed() -> Toolchain:
     from workers.build_common import tvm_versions
 
     tvm_version, ffi_version = tvm_versions()
-    return Toolchain(INSTALLED, "installed", sys.executable, sys.executable, tvm_version, ffi_version)
+    return Toolchain(
+        INSTALLED,
+        "installed",
+        sys.executable,
+        sys.executable,
+        tvm_version,
+        ffi_version,
+        extra={"pythonpath": os.environ.get("PYTHONPATH", "")},
+    )
 
 
 def write_record(directory: Path, toolchain: Toolchain) -> None:
