@@ -78,7 +78,7 @@ def cnn_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Job, bytes]:
 
 def test_added_release_has_its_pinned_versions_and_passed_the_import_check(tvm026: Toolchain) -> None:
     assert (tvm026.name, tvm026.kind, tvm026.spec) == (RELEASE, "release", RELEASE)
-    assert (tvm026.tvm_version, tvm026.ffi_version) == ("0.26.0", "0.1.15.post2")
+    assert (tvm026.tvm_version, tvm026.ffi_version) == ("0.26.0", "0.1.14.post1")
     assert Path(tvm026.python).is_relative_to(CACHE / "toolchains" / RELEASE)
     assert any(Path(lib).name == "libtvm_runtime.so" for lib in tvm026.libraries)
     assert tvm026.provision_s is not None and tvm026.provision_s > 0
@@ -94,11 +94,11 @@ def test_add_again_finds_it_and_list_shows_its_versions(tvm026: Toolchain) -> No
     rows = json.loads(invoke("list", "--json").output)
     by_name = {r["name"]: r for r in rows}
     assert rows[0]["name"] == "installed" and rows[0]["kind"] == "installed"
-    assert (by_name[RELEASE]["tvm_version"], by_name[RELEASE]["ffi_version"]) == ("0.26.0", "0.1.15.post2")
+    assert (by_name[RELEASE]["tvm_version"], by_name[RELEASE]["ffi_version"]) == ("0.26.0", "0.1.14.post1")
     table = invoke("list", "--check", "--wide")
     assert table.exit_code == 0, table.output
     line = next(ln for ln in table.output.splitlines() if ln.startswith(RELEASE))
-    assert "0.1.15.post2" in line and " ok " in f"{line} "
+    assert "0.1.14.post1" in line and " ok " in f"{line} "
 
 
 def test_a_build_in_026_runs_in_the_026_runtime_and_matches_onnxruntime(
@@ -109,7 +109,7 @@ def test_a_build_in_026_runs_in_the_026_runtime_and_matches_onnxruntime(
     job, model = cnn_job
     build, artifact = build_in_toolchain(tvm026, job, model)
     assert build.ok, build.error
-    assert (build.tvm_version, build.ffi_version) == ("0.26.0", "0.1.15.post2")
+    assert (build.tvm_version, build.ffi_version) == ("0.26.0", "0.1.14.post1")
     assert build.build_key == job.build_key("0.26.0") != job.build_key("0.27.0.post1")
     assert artifact is not None and artifact[:4] == b"\x7fELF" and len(artifact) == build.artifact_size
     assert build.kernel_count == 7 and "FuseOps" in build.pass_trace  # opt_level 3, per-target: fused

@@ -6,7 +6,8 @@ Python 3.11, with the build and the VM run of a small model (tests/test_toolchai
 
 - 0.25.0.post1: ffi 0.1.12. With 0.1.13.post3 or 0.1.15.post2, libtvm_runtime.so fails to load on an
   undefined symbol ``tvm::ffi::json::Stringify``.
-- 0.26.0: ffi 0.1.15.post2.
+- 0.26.0: ffi 0.1.14.post1. It loads with 0.1.15.post2 (what pip picks), but then ``tvm.ir.save_json``
+  segfaults (in ``tvm::ffi::ToJSONGraph``), as with 0.27.
 - 0.27.0.post1: ffi 0.1.14.post1. 0.1.15.post2 segfaults in ``tvm.ir.save_json`` (every MetaSchedule run).
 """
 
@@ -27,7 +28,7 @@ PINS: dict[str, Pin] = {
     p.tvm: p
     for p in (
         Pin("0.25.0.post1", "0.1.12"),
-        Pin("0.26.0", "0.1.15.post2"),
+        Pin("0.26.0", "0.1.14.post1"),
         Pin("0.27.0.post1", "0.1.14.post1"),
     )
 }

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from workers.toolchains.pins import PINS
 from workers.toolchains.toolchain import Toolchain, ToolchainError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -112,6 +113,12 @@ def check(toolchain: Toolchain) -> str | None:
         if toolchain.kind in ("release", "wheel")
         else "repair that interpreter's TVM, or remove the toolchain"
     )
+    pin = PINS.get(toolchain.tvm_version)
+    if toolchain.kind == "release" and pin is not None and pin.ffi != toolchain.ffi_version:
+        return (
+            f"toolchain {toolchain.label} has tvm-ffi {toolchain.ffi_version}, but that release loads with "
+            f"{pin.ffi} (workers/toolchains/pins.py): `tvmbench toolchains add {toolchain.name}` provisions it again"
+        )
     gone = [lib for lib in toolchain.libraries if not Path(lib).exists()]
     if gone:
         return (

@@ -75,6 +75,14 @@ def check_release(release: str) -> pins.Pin:
     )
 
 
+def stale_pin(toolchain: Toolchain) -> str | None:
+    """Why a release's venv no longer matches the pin table (tvmbench's pins changed since its add), or None."""
+    pin = pins.PINS.get(toolchain.tvm_version)
+    if toolchain.kind != "release" or pin is None or pin.ffi == toolchain.ffi_version:
+        return None
+    return f"toolchain {toolchain.name} has tvm-ffi {toolchain.ffi_version}, but the pin is now {pin.ffi}"
+
+
 def _pip_install(python: Path, requirements: list[str], label: str, progress: Progress) -> None:
     """pip install into a toolchain's venv, passing pip's progress lines on (ToolchainError with pip's last error)."""
     command = [str(python), "-m", "pip", "install", "--progress-bar", "off", "--no-input", *requirements]
@@ -137,9 +145,12 @@ def add(spec: Any, progress: Progress = _quiet) -> Toolchain:
     """
     parsed = parse(spec)
     existing = registry.find(spec)
-    if existing is not None:
+    stale = stale_pin(existing) if existing is not None else None
+    if existing is not None and stale is None:
         progress(f"toolchain {existing.name} is added already (TVM {existing.tvm_version})")
         return existing
+    if stale is not None:
+        progress(f"{stale}: provisioning it again")
     started = time.monotonic()
     if parsed.kind == "interpreter":
         python = Path(parsed.value).absolute()
