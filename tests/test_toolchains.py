@@ -91,7 +91,7 @@ def test_add_again_finds_it_and_list_shows_its_versions(tvm026: Toolchain) -> No
     again = invoke("add", RELEASE)
     assert again.exit_code == 0, again.output
     assert "added already" in again.output
-    rows = json.loads(invoke("list", "--json").output)
+    rows = json.loads(invoke("list", "--json").stdout)
     by_name = {r["name"]: r for r in rows}
     assert rows[0]["name"] == "installed" and rows[0]["kind"] == "installed"
     assert (by_name[RELEASE]["tvm_version"], by_name[RELEASE]["ffi_version"]) == ("0.26.0", "0.1.14.post1")
@@ -193,7 +193,7 @@ def test_a_broken_toolchain_is_one_line_from_check_and_a_build_row(
     assert build.error.startswith(f"toolchain {broken_copy.label}: the build failed: RuntimeError: ")
     assert "0.26.0" in build.error and "Cannot find library libtvm_runtime.so" in build.error
     assert build.tvm_version == "0.26.0" and build.build_key == job.build_key("0.26.0")
-    listed = json.loads(invoke("list", "--json", "--check").output)
+    listed = json.loads(invoke("list", "--json", "--check").stdout)
     assert next(r for r in listed if r["name"] == broken_copy.name)["status"] == problem
 
 
@@ -240,7 +240,7 @@ def test_an_interpreter_whose_tvm_is_on_its_pythonpath_keeps_it(
     monkeypatch.setenv("PYTHONPATH", str(site))
     added = invoke("add", "--python", base, "--json")
     assert added.exit_code == 0, added.output
-    assert json.loads(added.output)["tvm_version"] == "0.26.0"
+    assert json.loads(added.stdout)["tvm_version"] == "0.26.0"
     monkeypatch.delenv("PYTHONPATH")
     toolchain = registry.find({"python": base})
     assert toolchain is not None and toolchain.pythonpath == str(site)
