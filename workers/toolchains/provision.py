@@ -4,8 +4,9 @@ A release gets ``python -m venv`` (this interpreter's Python, so records and pic
 then ``pip install apache-tvm==X apache-tvm-ffi==<pin> <build needs>`` with pip's progress passed on line by
 line, then the full import check (``probe.import_check``); only then is ``toolchain.json`` written, so an
 interrupted ``add`` leaves no toolchain, and the next ``add`` starts that folder again. An interpreter is
-checked and recorded, never changed. Measured here (2 shared cores, wheels in pip's cache): 40 s for 0.26.0,
-105 s for 0.25.0.post1; a cold cache downloads about 100 MB per release first.
+checked and recorded, never changed. Measured here through ``add`` (2 cores shared with other work, load
+average 10-15, wheels in pip's cache): 0.26.0 in 95 s and 117 s, 0.25.0.post1 in 271 s, the 0.26.0 wheel in
+154 s; the same pip installs on a quieter machine took 40 s and 105 s. A cold cache downloads ~100 MB more.
 """
 
 from __future__ import annotations
