@@ -11,13 +11,17 @@ average 10-15, wheels in pip's cache): 0.26.0 in 95 s and 117 s, 0.25.0.post1 in
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -89,21 +93,22 @@ def _pip_install(python: Path, requirements: list[str], label: str, progress: Pr
     command = [str(python), "-m", "pip", "install", "--progress-bar", "off", "--no-input", *requirements]
     progress(f"{label}: pip install {' '.join(Path(r).name if r.endswith('.whl') else r for r in requirements)}")
     tail: list[str] = []
-    started = time.monotonic()
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as pip:
-        assert pip.stdout is not None
-        for line in pip.stdout:
-            line = line.rstrip()
-            if "is ignored: it is neither a file nor a directory" in line:
-                continue
-            tail = [*tail[-20:], line]
-            if _PIP_PROGRESS.match(line.strip()):
-                progress(f"{label}: {line.strip()}")
-            if time.monotonic() - started > PIP_TIMEOUT_S:
-                pip.kill()
-                raise ToolchainError(
-                    f"{label}: pip install ran over {PIP_TIMEOUT_S:g} s: is the package index reachable?"
-                )
+        watchdog = threading.Timer(PIP_TIMEOUT_S, pip.kill)  # a silent, stuck pip ends too
+        watchdog.start()
+        try:
+            assert pip.stdout is not None
+            for line in pip.stdout:
+                line = line.rstrip()
+                if "is ignored: it is neither a file nor a directory" in line:
+                    continue
+                tail = [*tail[-20:], line]
+                if _PIP_PROGRESS.match(line.strip()):
+                    progress(f"{label}: {line.strip()}")
+        finally:
+            watchdog.cancel()
+    if pip.returncode == -signal.SIGKILL:
+        raise ToolchainError(f"{label}: pip install ran over {PIP_TIMEOUT_S:g} s: is the package index reachable?")
     if pip.returncode != 0:
         errors = [line for line in tail if line.startswith("ERROR")] or tail or ["no output"]
         raise ToolchainError(f"{label}: pip install failed: {errors[-1].strip()}")
@@ -137,6 +142,15 @@ def _record(
     )
 
 
+@contextmanager
+def _locked(name: str) -> Iterator[None]:
+    """One ``add`` of a toolchain at a time on this machine (a second waits, then finds it added)."""
+    registry.root().mkdir(parents=True, exist_ok=True)
+    with open(registry.root() / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def add(spec: Any, progress: Progress = _quiet) -> Toolchain:
     """Provision (release, wheel) or record (interpreter) the toolchain ``spec`` names; the one there if added.
 
@@ -145,6 +159,17 @@ def add(spec: Any, progress: Progress = _quiet) -> Toolchain:
     without a working TVM, or an environment whose import check fails.
     """
     parsed = parse(spec)
+    if parsed.kind == "interpreter":  # nothing is built: the record is written atomically, no lock needed
+        return _add(parsed, spec, progress)
+    if parsed.kind == "wheel":  # bad input is refused before any folder or lock file is made for it
+        check_wheel(Path(parsed.value))
+    else:
+        check_release(parsed.value)
+    with _locked(parsed.name()):
+        return _add(parsed, spec, progress)
+
+
+def _add(parsed: ToolchainSpec, spec: Any, progress: Progress) -> Toolchain:
     existing = registry.find(spec)
     stale = stale_pin(existing) if existing is not None else None
     if existing is not None and stale is None:
@@ -167,7 +192,6 @@ def add(spec: Any, progress: Progress = _quiet) -> Toolchain:
         version = check_wheel(wheel)
         requirements, spec_text, expected = pins.pip_requirements(str(wheel), version), str(wheel), version
     else:
-        check_release(parsed.value)
         requirements = pins.pip_requirements(f"apache-tvm=={parsed.value}", parsed.value)
         spec_text, expected = parsed.value, parsed.value
     label = f"toolchain {parsed.name()}"
