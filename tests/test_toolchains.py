@@ -3,9 +3,10 @@
 The 0.26.0 environment is cached between runs in ~/.cache/tvmbench-test (TVMBENCH_TEST_CACHE overrides),
 a TVMBENCH_HOME of its own, so only the first run provisions it (again when its pin in pins.py changes):
 measured here, on 2 cores shared with other work, 95-117 s with the wheels in pip's cache, more when pip
-downloads them (~100 MB); the first run of this module took 264 s, later ones about 150 s, all of it real
-TVM imports and builds in child processes (the add itself then takes seconds). The tests that change a toolchain (remove it, break it) work on
-their own: an interpreter toolchain on a hard-linked copy of the cached venv, in a fresh TVMBENCH_HOME.
+downloads them (~100 MB). The first run of this module took 264 s, later ones 150-385 s (load average
+10-15), all of it real TVM imports and builds in child processes: the add itself then takes seconds. The
+tests that change a toolchain (remove it, break it) work on an interpreter toolchain on a hard-linked copy
+of the cached venv, in a fresh TVMBENCH_HOME.
 """
 
 from __future__ import annotations

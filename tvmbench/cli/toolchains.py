@@ -25,7 +25,7 @@ PythonOpt = Annotated[
 def _spec(spec: str | None, python: str | None) -> Any:
     """SPEC or ``{"python": PATH}``: exactly one of them (exit 2 otherwise)."""
     if (spec is None) == (python is None):
-        fail("give one SPEC (a release such as 0.26.0, a wheel's path, a toolchain name) or --python PATH", code=INVALID)
+        fail("give one SPEC (a release such as 0.26.0, a wheel's path, a toolchain's name) or --python PATH", INVALID)
     return {"python": python} if python is not None else spec
 
 
