@@ -330,3 +330,15 @@ def generic(keys: list[str], rows: list[dict[str, Any]], priority: dict[str, int
             )
         )
     return out
+
+
+# `toolchains list` (workers.toolchains.registry; status only with --check).
+TOOLCHAINS = [
+    Column("name", "toolchain", "name", priority=0),
+    Column("kind", "kind", "kind", priority=1),
+    Column("tvm", "TVM", "tvm_version", priority=0),
+    Column("tvm_ffi", "tvm-ffi", "ffi_version", priority=0),
+    Column("status", "status", "status", priority=0, wrap=True, optional=True, style=status_style("status")),
+    Column("provision_s", "add (s)", "provision_s", priority=3, right=True, optional=True),
+    Column("python", "python", "python", priority=2, wrap=True),
+]

@@ -1,0 +1,102 @@
+"""Builds (and local runs) under a toolchain's interpreter: a child process per request, never TVM here.
+
+A child, not an import: two TVM releases cannot share a process (each loads its own libtvm and tvm_ffi),
+and a release whose libraries no longer load takes the child down, not the worker. Whatever goes wrong in
+the child (the import breaks, a segfault, a timeout) comes back as a Build with status "build" whose error
+names the toolchain and its release, so the job ends as a ``build`` row and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tvmbench.core.records import Build, Job
+from workers.toolchains.probe import PROJECT_ROOT, child_env, exit_reason, last_line
+from workers.toolchains.toolchain import Toolchain
+
+BUILD_TIMEOUT_S = 1800.0  # an untuned build of a large model on a loaded 2-core machine
+RUN_TIMEOUT_S = 600.0
+
+
+def _child(toolchain: Toolchain, mode: str, directory: Path, timeout_s: float) -> str | None:
+    """Run the child entry in ``directory``; None when it exited 0, else why not (one line)."""
+    command = [toolchain.python, "-m", "workers.toolchains.child", mode, str(directory)]
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            env=child_env(toolchain.pythonpath),
+            cwd=PROJECT_ROOT,
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired:
+        return f"the {mode} ran over {timeout_s:g} s"
+    except OSError as exc:
+        return f"its python {toolchain.python} cannot run ({exc.strerror or exc})"
+    if done.returncode != 0:
+        return f"the {mode} process {exit_reason(done.returncode)}: {last_line(done.stderr)}"
+    return None
+
+
+def failed_build(toolchain: Toolchain, job: Job, why: str) -> Build:
+    """The Build of a job whose toolchain could not build it: status "build", the error naming the release."""
+    return Build(
+        build_key=job.build_key(toolchain.tvm_version),
+        status="build",
+        error=f"toolchain {toolchain.label}: {why}",
+        tvm_version=toolchain.tvm_version,
+        ffi_version=toolchain.ffi_version,
+        host=socket.gethostname(),
+    )
+
+
+def build_in_toolchain(
+    toolchain: Toolchain, job: Job, model_bytes: bytes, *, timeout_s: float = BUILD_TIMEOUT_S
+) -> tuple[Build, bytes | None]:
+    """Build ``job`` under the toolchain's TVM: the Build its Builder returns there, and the artifact's bytes.
+
+    The Build carries that TVM's versions and its build key (``job.build_key(tvm_version)``). A child that
+    fails to start, crashes or runs over ``timeout_s`` gives a "build" Build naming the release, no bytes.
+    """
+    with tempfile.TemporaryDirectory(prefix="tvmbench-toolchain-build-") as tmp:
+        directory = Path(tmp)
+        (directory / "job.pkl").write_bytes(pickle.dumps(job))
+        (directory / "model.onnx").write_bytes(model_bytes)
+        why = _child(toolchain, "build", directory, timeout_s)
+        result, failure = directory / "build.pkl", directory / "failure.txt"
+        if why is None and failure.is_file():
+            why = f"the build failed: {failure.read_text().strip()}"
+        if why is not None or not result.is_file():
+            return failed_build(toolchain, job, why or "the build process wrote no result"), None
+        build: Build = pickle.loads(result.read_bytes())
+        artifact = directory / "program.so"
+        return build, (artifact.read_bytes() if artifact.is_file() else None)
+
+
+def run_in_toolchain(
+    toolchain: Toolchain, artifact: bytes, inputs: dict[str, np.ndarray], *, timeout_s: float = RUN_TIMEOUT_S
+) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """Run an artifact in a Relax VM under the toolchain's own runtime, on this host's CPU.
+
+    Returns the outputs of "main" and ``{"tvm_version", "mean_ms"}``; RuntimeError naming the toolchain
+    when the child fails. (An artifact loads only in the runtime of the release that built it.)
+    """
+    with tempfile.TemporaryDirectory(prefix="tvmbench-toolchain-run-") as tmp:
+        directory = Path(tmp)
+        (directory / "program.so").write_bytes(artifact)
+        np.savez(directory / "inputs.npz", **inputs)
+        why = _child(toolchain, "run", directory, timeout_s)
+        if why is not None:
+            raise RuntimeError(f"toolchain {toolchain.label}: {why}")
+        with np.load(directory / "outputs.npz") as data:
+            outputs = [data[name] for name in data.files]
+        return outputs, json.loads((directory / "run.json").read_text())
