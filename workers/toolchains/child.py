@@ -36,8 +36,9 @@ def build(directory: Path) -> int:
         if job.tuning:
             raise NotImplementedError("tuned builds do not run in a toolchain yet (untuned only)")
         from workers.executors.registry import build_job
+        from workers.executors.requests import BuildRequest
 
-        result, artifact = build_job(job, model)
+        result, artifact = build_job(BuildRequest(job, model))
     except Exception as exc:
         (directory / "failure.txt").write_text(telling(exc))
         return 0
