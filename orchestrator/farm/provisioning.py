@@ -17,7 +17,6 @@ __all__ = [
     "EMULATED_BOARDS",
     "EMULATED_BOARD_START_S",
     "INFRA_DIR",
-    "EmulatedBoardKind",
     "Note",
     "board_command",
     "board_root",
@@ -26,7 +25,6 @@ __all__ = [
     "provision_boards",
 ]
 
-EmulatedBoardKind = BoardKind  # the name a provisioned, emulated board's kind had here before the registry
 EMULATED_BOARDS: dict[str, BoardKind] = provisioned_kinds()
 EMULATED_BOARD_START_S = 180.0  # `import tvm` alone takes 6-30 s under qemu on a busy machine
 
