@@ -6,6 +6,7 @@ few minutes on 2 quiet cores. Everything is real: Ray, the tracker, board agents
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +20,8 @@ from typer.testing import CliRunner
 
 from db import models as m
 from db.store import ResultStore
-from orchestrator.farm import LocalFarm, stop_pid, wait_until
+from orchestrator.farm import BoardProcess, LocalFarm, free_port, wait_until
+from orchestrator.farm.processes import _spawn
 from orchestrator.plan import plan_jobs
 from orchestrator.scheduler import run_sweep
 from orchestrator.spec import load_spec
@@ -153,30 +155,26 @@ def test_plan_of_a_bigger_budget_counts_the_stored_records(tuned: dict[str, Any]
 def test_board_killed_during_tuning_costs_trials_not_the_job(
     tmp_path: Path, ray_local: None, home: Path, store: ResultStore
 ) -> None:
-    from benchmarks.chaos_report import board_in_session
-
-    farm = LocalFarm.start(tmp_path / "farm", {"host": 2})
+    # Two boards of the key: a sound one, and one that dies with its session the moment a candidate is
+    # loaded on it (tests/dying_board.py). The tracker hands boards out in turn, so with candidates timed
+    # one at a time (the host fence) the second candidate at the latest lands on the dying board.
+    farm = LocalFarm.start(tmp_path / "farm", {"host": 1})
     try:
+        port = free_port()
+        agent = ["-m", "tests.dying_board", "--tracker", farm.tracker, "--key", "host", "--port", str(port)]
+        proc = _spawn([sys.executable, *agent], tmp_path / "farm" / "dying-board.log")
+        farm.boards.append(BoardProcess(key="host", port=port, pid=proc.pid))
+        farm.wait_for_boards()
         spec = load_spec(_sweep(tmp_path, "[16]", per_iter=8))
-        box: list = []
-        thread = threading.Thread(
-            target=lambda: box.append(
-                run_sweep(spec, store, farm.tracker, ArtifactCache(home / "artifacts"), health_checks=False)
-            ),
-            daemon=True,
-        )
-        thread.start()
-        victim = wait_until(lambda: board_in_session(farm), 600, "a board timing a candidate", interval_s=0.02)
-        stop_pid(victim.pid)
-        thread.join(900)
-        assert box, "run_sweep did not return"
+        run_sweep(spec, store, farm.tracker, ArtifactCache(home / "artifacts"), health_checks=False)
+        assert proc.poll() is not None, "no candidate reached the dying board"
         statuses = store.job_statuses(spec.sweep_id)
         assert list(statuses.values()) == ["ok"], statuses  # one job, one final row
         build = _builds(store, spec.sweep_id)[16]["build"]
         failed = build.tuning["failed_trials"]
         assert sum(failed.get(k, 0) for k in ("infra", "timeout")) >= 1, build.tuning
         assert build.tuning["trials_run"] == 16
-        assert any(str(victim.port) in e for e in build.tuning["errors"]), build.tuning["errors"]
+        assert any(f":{port}" in e for e in build.tuning["errors"]), build.tuning["errors"]
     finally:
         farm.stop()
 
