@@ -362,7 +362,7 @@ def _program_change(r: dict[str, Any]) -> str:
 RELEASES = [
     Column("model", "model", "model", priority=0, wrap=True),
     Column("config", "configuration", "config", priority=0, wrap=True,
-           short=lambda r: short_config(r["config"]), legend=CONFIG_LEGEND),
+           short=lambda r: short_config(r["config"]) if r["config"] else "", legend=CONFIG_LEGEND),
     Column("board", "board", "board_key", priority=1),
     Column("release", "TVM", "release", priority=0),
     Column("median", "median", "median", priority=0, right=True, text=_release_median),

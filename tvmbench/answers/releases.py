@@ -302,7 +302,7 @@ def _row(
         p_value=math.nan,
         verdict=None,
         kernel_count=_clean(r["kernel_count"]),
-        kernels_change=_kernel_change(None, r["kernel_count"]),
+        kernels_change=_kernel_change(r["kernel_count"], r["kernel_count"]),  # no release before: the count
         passes=None,
         fingerprint=r["fingerprint"],
         same_fingerprint=None,
