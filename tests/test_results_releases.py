@@ -105,7 +105,8 @@ def test_the_build_change_summary(store: ResultStore) -> None:
     same = row_by(result.rows, executor="vm-bytecode", release=MID)
     assert same["kernels_change"] == "9" and same["same_fingerprint"] is True and "same passes" in same["passes"]
     code, out = _cli("results", "releases", "--wide", "--db", store.url)
-    assert "12 -> 14" in out and "differs" in out and "renamed tirx.StmtSimplify -> s_tir.StmtSimplify" in out, out
+    assert code == 1 and "12 -> 14" in out and "differs" in out, out
+    assert "renamed tirx.StmtSimplify -> s_tir.StmtSimplify" in out, out
 
 
 def test_pass_change_counts_distinct_passes() -> None:
