@@ -117,6 +117,17 @@ def test_pass_change_counts_distinct_passes() -> None:
     assert pass_change(compact, ["t.x", "t.y"] * 3)["summary"] == "6 passes; same passes"
 
 
+def test_a_release_that_breaks_the_build_is_broken_and_exits_1(store: ResultStore) -> None:
+    results = [Result(tvm=MID, samples=noisy(5.0)), Result(tvm=NEW, status="build", error="TVMError: boom")]
+    add_sweep(store, "brk00001", results)
+    (first, second) = releases(store).rows
+    assert first["ratio_to_newest"] is None and second["verdict"] == "broken" and second["median"] is None
+    code, out = _cli("results", "releases", "--db", store.url)
+    assert code == 1 and f"broken ({MID}: ok, {NEW}: build)" in out, out
+    code, out = _cli("results", "releases", "--sweep", "nosuch", "--db", store.url)
+    assert code == 2 and len(out.strip().splitlines()) == 1 and "no sweep 'nosuch'" in out, out
+
+
 def test_one_release_says_so_in_one_line(store: ResultStore) -> None:
     add_sweep(store, "one00001", [Result(samples=noisy(4.0)), Result(opt_level=0, samples=noisy(6.0))])
     code, out = _cli("results", "releases", "--db", store.url)
@@ -176,6 +187,8 @@ def test_regressions_name_the_release_step(store: ResultStore) -> None:
     points = regressions.history(store, key)["points"]
     assert [p["release_boundary"] for p in points] == [None] * 4 + [f"TVM {MID} -> {NEW}"]
     assert points[-1]["regressed"] and points[-1]["release_step"] == f"TVM {MID} -> {NEW}"
+    code, out = _cli("results", "history", key[:12], "--db", store.url)
+    assert code == 0 and f"release boundary at sweep hist0004: TVM {MID} -> {NEW}" in out, out
 
 
 def test_a_step_within_one_release_names_none(store: ResultStore) -> None:

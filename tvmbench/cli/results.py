@@ -382,10 +382,14 @@ def results_history(
     if as_json:
         print_json(data)
         return
-    cols = ["sweep_id", "sweep_label", "sweep_created_at", "status", "median", "unit", "baseline", "score", "regressed"]
+    cols = ["sweep_id", "sweep_label", "sweep_created_at", "status", "median", "unit", "baseline", "score", "regressed",
+            "tvm_version"]  # fmt: skip
     title = f"{data['model']} {data['executor']} O{data['opt_level']} {data['pipeline']} on {data['board_key']}"
     history_of = f"history of {data['job_key'][:12]}: {title}"
     analysis_views.table_rows(console, data["points"], history_of, cols, priority={"sweep_id": 0})
+    for p in data["points"]:  # where the release changed: a step after it may be the release's
+        if p["release_boundary"]:
+            console.print(f"release boundary at sweep {p['sweep_id'][:12]}: {p['release_boundary']}", highlight=False)
 
 
 def report_cmd(
