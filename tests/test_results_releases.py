@@ -119,9 +119,15 @@ def test_pass_change_counts_distinct_passes() -> None:
 
 def test_a_release_that_breaks_the_build_is_broken_and_exits_1(store: ResultStore) -> None:
     results = [Result(tvm=MID, samples=noisy(5.0)), Result(tvm=NEW, status="build", error="TVMError: boom")]
+    # A farm failure and a pending job say nothing about their release: left out, not "broken".
+    results += [Result(opt_level=0, tvm=MID, samples=noisy(6.0)), Result(opt_level=0, tvm=NEW, status="infra"),
+                Result(opt_level=1, tvm=NEW, status="pending")]  # fmt: skip
     add_sweep(store, "brk00001", results)
-    (first, second) = releases(store).rows
+    result = releases(store)
+    first, second = (r for r in result.rows if r["opt_level"] == 2)
     assert first["ratio_to_newest"] is None and second["verdict"] == "broken" and second["median"] is None
+    assert [r["release"] for r in result.rows if r["opt_level"] != 2] == [MID] and result.left_out == 2
+    assert result.count("broken") == 1 and "2 result(s) left out" in result.summary()
     code, out = _cli("results", "releases", "--db", store.url)
     assert code == 1 and f"broken ({MID}: ok, {NEW}: build)" in out, out
     code, out = _cli("results", "releases", "--sweep", "nosuch", "--db", store.url)

@@ -45,6 +45,10 @@ CONFIG_KEYS = (
     "emulated",
 )
 UNKNOWN = "unknown"  # the release of a row that recorded none
+# The failures that can be the release's doing (its importer, compiler or program): a release that turns
+# an ok result into one of these is "broken". A pending job, a cancel or a farm failure (no board, a
+# board that died) says nothing about the release: those results are left out, and counted.
+RELEASE_FAULTS = ("model", "build", "wrong-result", "timeout")
 _COLUMNS = [
     "sweep_id",
     "sweep_created_at",
@@ -179,6 +183,7 @@ class Releases:
     releases: list[str] = field(default_factory=list)  # every release seen, oldest first
     configurations: int = 0
     sweep: str | None = None
+    left_out: int = 0  # results pending, cancelled or failed by the farm (nothing said about a release)
 
     def count(self, verdict: str) -> int:
         return sum(1 for r in self.rows if r["verdict"] == verdict)
@@ -190,16 +195,22 @@ class Releases:
 
     def summary(self) -> str:
         where = f"sweep {self.sweep}" if self.sweep else "all sweeps"
+        left = (
+            f"; {self.left_out} result(s) left out (pending, cancelled, or no board / a board failure)"
+            if self.left_out
+            else ""
+        )
         if len(self.releases) < 2:
             only = self.releases[0] if self.releases else "none"
             return (
                 f"{where}: one TVM release ({only}) across {self.configurations} configuration(s): nothing to "
-                "compare (a sweep with `[axes] tvm = [...]` builds each configuration under several)"
+                f"compare (a sweep with `[axes] tvm = [...]` builds each configuration under several){left}"
             )
         return (
             f"{where}: {self.configurations} configuration(s) across {len(self.releases)} TVM releases "
             f"({', '.join(self.releases)}); against the release before: {self.count('regression')} regression(s), "
-            f"{self.count('improvement')} improvement(s), {self.count('broken')} broken, {self.count('fixed')} fixed"
+            f"{self.count('improvement')} improvement(s), {self.count('broken')} broken, "
+            f"{self.count('fixed')} fixed{left}"
         )
 
     def steps(self) -> list[dict[str, Any]]:
@@ -243,6 +254,9 @@ def releases(
     )
     df = q.frame(store, stmt)
     out = Releases(sweep=sweep_id)
+    judged = df["status"].isin(["ok", *RELEASE_FAULTS]) if not df.empty else []
+    out.left_out = int(len(df) - sum(judged))
+    df = df[judged] if not df.empty else df
     if df.empty:
         return out
     df["kernels"] = [(c or {}).get("kernels") if isinstance(c, dict) else None for c in df["config"]]
