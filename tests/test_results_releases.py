@@ -212,6 +212,7 @@ def test_report_has_a_releases_section_only_with_several_releases(store: ResultS
     page = (tmp_path / "multi.html").read_text()
     assert code == 0, out
     assert '<h2 id="releases">Releases</h2>' in page and "across TVM releases" in page
+    assert f"TVM {OLD}, {MID}, {NEW} ·" in page
     section = page.split('<h2 id="releases">')[1].split("<h2>")[0]
     assert section.count("<img") == 1 and "12 -&gt; 14" in section and "regression" in section
     code, out = _cli("report", "single", "-o", str(tmp_path / "single.html"), "--db", store.url)

@@ -436,12 +436,13 @@ def write_report(store: ResultStore, sweep_ref: str, out: Path, *, png_dir: Path
         ],
     )
     title = f"tvmbench report: sweep {sweep.name} {sweep.label}".strip()
+    tvm_line = ", ".join(across.releases) if len(across.releases) > 1 else sweep.tvm_version
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_CSS}</style></head>
 <body>
 <h1>{html.escape(title)}</h1>
 <p>sweep <code>{html.escape(sweep.id)}</code> · created {sweep.created_at:%Y-%m-%d %H:%M} UTC ·
-TVM {html.escape(sweep.tvm_version)} · host {html.escape(sweep.host)} · {len(df)} jobs ({html.escape(status_line)})</p>
+TVM {html.escape(tvm_line)} · host {html.escape(sweep.host)} · {len(df)} jobs ({html.escape(status_line)})</p>
 <p id="render-check" class="muted">plots not checked (needs JavaScript)</p>
 <h2>Latency by executor and opt_level</h2>
 <p class="muted">Only jobs whose outputs matched ONNX Runtime are plotted. Times are per inference.</p>
