@@ -167,7 +167,7 @@ def print_releases(console: Console, result: Releases) -> None:
     """`results releases`: one table (a configuration's releases together, oldest first), a line per step
     between consecutive releases that is beyond the noise, and the summary. One line when there is one release."""
     if len(result.releases) < 2:
-        console.print(result.summary(), highlight=False)
+        console.print(result.summary(), highlight=False, soft_wrap=True)
         return
     shown, last = [], None
     for r in result.rows:
@@ -190,7 +190,7 @@ def print_releases(console: Console, result: Releases) -> None:
         changes = f"; kernels {r['kernels_change']}; program {cols._program_change(r)}; passes: {r['passes'] or '-'}"
         style = cols._VERDICT_STYLE.get(r["verdict"], "")
         console.print(Text.assemble((what, style), f": {how}{changes}"), highlight=False, soft_wrap=True)
-    console.print(result.summary(), highlight=False)
+    console.print(result.summary(), highlight=False, soft_wrap=True)
 
 
 def print_kernels(console: Console, kernels: list[tuple[str, float]] | None, top: int) -> None:
