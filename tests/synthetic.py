@@ -37,6 +37,8 @@ class Result:
     first_ms: float | None = None
     peak_mem_mb: float | None = None
     warnings: list[str] = field(default_factory=list)
+    tvm: str | None = None  # the release its build ran under (a `tvm` axis value); None: the sweep's TVM
+    kernel_count: int | None = None
 
     @property
     def job_key(self) -> str:
@@ -44,6 +46,8 @@ class Result:
         parts.append(self.emulated)
         if self.tuning:  # untuned results keep the keys they always had
             parts.append(self.tuning.get("budget"))
+        if self.tvm:  # the tvm axis is part of the job key; results without it keep theirs
+            parts.append(["tvm", self.tvm])
         return canonical_hash(parts)
 
 
@@ -87,7 +91,8 @@ def add_sweep(
             board_id = f"{r.board_key}@127.0.0.1:9000"
             if s.get(m.Board, board_id) is None:
                 s.add(m.Board(id=board_id, key=r.board_key, emulated=r.emulated, last_seen=created))
-            build_key = canonical_hash([r.job_key, tvm_version])
+            release = r.tvm or tvm_version
+            build_key = canonical_hash([r.job_key, release])
             if s.get(m.Build, build_key) is None:
                 s.add(
                     m.Build(
@@ -101,6 +106,8 @@ def add_sweep(
                         fingerprint=r.fingerprint or build_key[:16],
                         pass_trace=r.pass_trace,
                         pass_count=len(r.pass_trace),
+                        kernel_count=r.kernel_count,
+                        tvm_version=release,
                         created_at=created,
                         **tuning_columns(r.tuning),
                     )

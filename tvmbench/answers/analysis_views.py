@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from tvmbench.answers.compare import Comparison
+    from tvmbench.answers.releases import Releases
 
 
 def fmt(value: Any, digits: int = 4) -> str:
@@ -52,6 +53,18 @@ def comparison_json(result: Comparison) -> dict[str, Any]:
         "geomean_ratio": _jsonable(result.geomean_ratio),
         "only_a": result.only_a,
         "only_b": result.only_b,
+        "rows": records(result.rows),
+    }
+
+
+def releases_json(result: Releases) -> dict[str, Any]:
+    """What `results releases --json` prints (NaN as null): the releases in order, the summary, every row."""
+    return {
+        "sweep": result.sweep,
+        "releases": result.releases,
+        "configurations": result.configurations,
+        "summary": result.summary(),
+        "failed": result.failed,
         "rows": records(result.rows),
     }
 
@@ -143,10 +156,41 @@ def print_regressions(console: Console, rows: list[dict[str, Any]], method: str)
         "sweep_id",
         "tvm_version",
         "baseline_tvm_version",
+        "release_step",
         "regressed",
         "note",
     ]
     table_rows(console, rows, f"results slower than their history ({method})", cols)
+
+
+def print_releases(console: Console, result: Releases) -> None:
+    """`results releases`: one table (a configuration's releases together, oldest first), a line per step
+    between consecutive releases that is beyond the noise, and the summary. One line when there is one release."""
+    if len(result.releases) < 2:
+        console.print(result.summary(), highlight=False, soft_wrap=True)
+        return
+    shown, last = [], None
+    for r in result.rows:
+        row = dict(r)
+        ident = (r["model"], r["target"], r["board_key"], r["config"])
+        if ident == last and not table.current.tsv:  # TSV keeps every cell: a spreadsheet sorts rows
+            row.update(model="", config="", board_key="")
+        last = ident
+        shown.append(row)
+    table.render(console, cols.RELEASES, shown, "TVM releases per configuration (oldest first)")
+    for r in result.steps():
+        what = f"{r['model']} {r['config']} on {r['board_key']}: TVM {r['previous']} -> {r['release']}"
+        if r["ratio"] is not None:
+            how = (
+                f"{r['verdict']}, {r['ratio']:.3f}x the time (95% CI {cols.ci(r['ratio_lo'], r['ratio_hi'])}, "
+                f"p {fmt(r['p_value'], 2)})"
+            )
+        else:
+            how = f"{r['verdict']} ({r['previous']}: {r['previous_status']}, {r['release']}: {r['status']})"
+        changes = f"; kernels {r['kernels_change']}; program {cols._program_change(r)}; passes: {r['passes'] or '-'}"
+        style = cols._VERDICT_STYLE.get(r["verdict"], "")
+        console.print(Text.assemble((what, style), f": {how}{changes}"), highlight=False, soft_wrap=True)
+    console.print(result.summary(), highlight=False, soft_wrap=True)
 
 
 def print_kernels(console: Console, kernels: list[tuple[str, float]] | None, top: int) -> None:

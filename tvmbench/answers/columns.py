@@ -296,12 +296,12 @@ GENERIC_PRIORITY = {
     "baseline": 0, "ratio": 0, "regressed": 0, "count": 0,
     "std": 1, "sweep_id": 1, "peak_mem_mb": 1, "unit": 1, "score": 1, "sweep_created_at": 1, "board_key": 1,
     "pipeline": 2, "board": 2, "history": 2, "note": 2, "sweep_label": 2,
-    "target": 3, "max_abs_err": 3, "tvm_version": 4, "baseline_tvm_version": 4, "emulated": 4,
+    "target": 3, "max_abs_err": 3, "tvm_version": 4, "baseline_tvm_version": 4, "emulated": 4, "release_step": 3,
 }  # fmt: skip
 GENERIC_HEADERS = {
     "job_key": "job", "sweep_id": "sweep", "opt_level": "opt", "board_key": "board key", "peak_mem_mb": "peak MB",
     "max_abs_err": "max abs err", "sweep_label": "label", "sweep_created_at": "created (UTC)", "tvm_version": "TVM",
-    "baseline_tvm_version": "baseline TVM",
+    "baseline_tvm_version": "baseline TVM", "release_step": "release step",
 }  # fmt: skip
 
 
@@ -342,3 +342,38 @@ TOOLCHAINS = [
     Column("provision_s", "add (s)", "provision_s", priority=3, right=True, optional=True),
     Column("python", "python", "python", priority=2, wrap=True),
 ]
+
+
+def _release_verdict(r: dict[str, Any]) -> str:
+    return r["verdict"] or ("newest" if r["release"] == r["newest"] else "-")
+
+
+def _release_median(r: dict[str, Any]) -> str:
+    return fmt(r["median"]) if r["status"] == "ok" else r["status"]
+
+
+def _program_change(r: dict[str, Any]) -> str:
+    same = r.get("same_fingerprint")
+    return "-" if same is None else "same" if same else "differs"
+
+
+# `results releases` (answers.releases.Releases.rows): a configuration's releases, oldest first; the
+# configuration's cells only on its first row (answers.analysis_views.print_releases blanks the others).
+RELEASES = [
+    Column("model", "model", "model", priority=0, wrap=True),
+    Column("config", "configuration", "config", priority=0, wrap=True,
+           short=lambda r: short_config(r["config"]) if r["config"] else "", legend=CONFIG_LEGEND),
+    Column("board", "board", "board_key", priority=1),
+    Column("release", "TVM", "release", priority=0),
+    Column("median", "median", "median", priority=0, right=True, text=_release_median),
+    Column("ci", "95% CI", "median_lo", priority=2, text=lambda r: ci(r["median_lo"], r["median_hi"])),
+    Column("x_newest", "×newest", "ratio_to_newest", priority=0, right=True,
+           text=lambda r: fmt(r["ratio_to_newest"], 3)),
+    Column("x_before", "×before", "ratio", priority=1, right=True, text=lambda r: fmt(r["ratio"], 3)),
+    Column("p", "p", "p_value", priority=3, right=True, text=lambda r: fmt(r["p_value"], 2)),
+    Column("verdict", "vs before", "verdict", priority=0, text=_release_verdict,
+           style=lambda r: _VERDICT_STYLE.get(r["verdict"])),
+    Column("kernels", "kernels", "kernels_change", priority=1, right=True),
+    Column("program", "program", "same_fingerprint", priority=2, text=_program_change),
+    Column("passes", "passes", "passes", priority=4, wrap=True, text=lambda r: r["passes"] or "-"),
+]  # fmt: skip

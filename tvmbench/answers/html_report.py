@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from tvmbench.answers import query as q
 from tvmbench.answers import ranking, regressions
 from tvmbench.answers import tuning as tuning_answers
+from tvmbench.answers.releases import releases as releases_answer
+from tvmbench.answers.releases import version_key
 from tvmbench.answers.stats import median_ci
 
 if TYPE_CHECKING:
@@ -137,6 +139,36 @@ def trials_figure(
     return fig
 
 
+def releases_figure(group: pd.DataFrame, model: str, board_key: str, unit: str, emulated: bool) -> Figure:
+    """Median latency per TVM release (oldest left): one line per configuration, whiskers the 95% CI."""
+    from matplotlib.figure import Figure
+
+    order = sorted(set(group["tvm_version"]), key=version_key)
+    position = {v: i for i, v in enumerate(order)}
+    fig = Figure(figsize=(max(6.5, 1.4 * len(order) + 3), 4.2))
+    ax = fig.add_subplot()
+    work = group.assign(_budget=[int(b) if tuning_answers.is_tuned(b) else 0 for b in group["tuning_budget"]])
+    for (executor, opt, pipe, budget), line in work.groupby(["executor", "opt_level", "pipeline", "_budget"]):
+        xs, meds, lo_err, hi_err = [], [], [], []
+        for row in sorted(line.to_dict("records"), key=lambda r: version_key(r["tvm_version"])):
+            ci = median_ci(row["samples"])
+            med = float(row["median"])
+            xs.append(position[row["tvm_version"]])
+            meds.append(med)
+            lo_err.append(max(0.0, med - ci.lo) if ci.lo == ci.lo else 0.0)
+            hi_err.append(max(0.0, ci.hi - med) if ci.hi == ci.hi else 0.0)
+        label = f"{executor} O{opt} {pipe}" + (f" tuned {budget}" if budget else "")
+        ax.errorbar(xs, meds, yerr=[lo_err, hi_err], marker="o", capsize=4, label=label)
+    ax.set_xticks(range(len(order)), order)
+    ax.set_xlabel("TVM release (oldest left)\n(points: median; whiskers: 95% bootstrap CI)")
+    ax.set_ylabel(f"median latency ({unit})" + (" — emulated" if emulated else ""))
+    ax.set_title(f"{model} on {board_key}: latency across TVM releases")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+    return fig
+
+
 def failures_figure(statuses: Counter) -> Figure:
     """Horizontal bars: jobs per failure kind."""
     from matplotlib.figure import Figure
@@ -171,6 +203,44 @@ def _table(rows: list[dict[str, Any]], columns: list[tuple[str, str]], row_class
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
+def _releases_section(across: Any, figures: str) -> str:
+    """The "Releases" section (answers.releases): absent when the sweep built under one TVM release."""
+    if len(across.releases) < 2:
+        return ""
+    rows = [{**r, "fingerprint_change": _same(r["same_fingerprint"])} for r in across.rows]
+    table = _table(
+        rows,
+        [
+            ("model", "model"),
+            ("config", "configuration"),
+            ("board_key", "board"),
+            ("release", "TVM"),
+            ("status", "status"),
+            ("median", "median"),
+            ("median_lo", "CI low"),
+            ("median_hi", "CI high"),
+            ("ratio_to_newest", "× newest"),
+            ("ratio", "× release before"),
+            ("p_value", "p"),
+            ("verdict", "vs release before"),
+            ("kernels_change", "kernels"),
+            ("fingerprint_change", "program"),
+            ("passes", "passes"),
+        ],
+        lambda r: {"regression": "bad", "broken": "bad", "improvement": "good", "fixed": "good"}.get(r["verdict"], ""),
+    )
+    return f"""<h2 id="releases">Releases</h2>
+<p class="muted">Each configuration under every TVM release this sweep built it with, oldest first: the median with its
+95% bootstrap CI, its ratio to the newest release, and against the release before it the verdict of `tvmbench results
+compare` (Mann-Whitney U test and the ratio's CI) with what changed in the build. {html.escape(across.summary())}</p>
+{table}
+{figures}"""
+
+
+def _same(value: bool | None) -> str:
+    return "-" if value is None else "same" if value else "differs"
+
+
 @dataclass(frozen=True)
 class Plot:
     """One plot of a sweep: a file-name stem, its caption and the PNG."""
@@ -202,10 +272,24 @@ def plot_specs(df: pd.DataFrame) -> list[PlotSpec]:
     emulated), then failures by kind. Cheap: a page can list them and draw each one when it is asked for."""
     ok = df[(df["status"] == "ok") & df["median"].notna()]
     specs: list[PlotSpec] = []
-    for (model, board_key, unit, emulated), group in ok.groupby(ranking.RANK_KEYS, sort=True):
-        caption = f"Latency of {model} on {board_key} ({unit}{', emulated' if emulated else ''})"
+    releases = sorted(set(ok["tvm_version"].dropna()), key=version_key) if "tvm_version" in ok else []
+    # Across several releases the latency bars show the newest one (a bar per configuration); the
+    # releases plots below put the releases side by side.
+    newest = ok[ok["tvm_version"] == releases[-1]] if len(releases) > 1 else ok
+    at = f", TVM {releases[-1]}" if len(releases) > 1 else ""
+    for (model, board_key, unit, emulated), group in newest.groupby(ranking.RANK_KEYS, sort=True):
+        caption = f"Latency of {model} on {board_key} ({unit}{', emulated' if emulated else ''}{at})"
         stem = _slug("latency", model, board_key, unit, "emu" if emulated else "hw")
         specs.append(PlotSpec(stem, caption, partial(latency_figure, group, model, board_key, unit, bool(emulated))))
+    if len(releases) > 1:
+        for (model, board_key, unit, emulated), group in ok.groupby(ranking.RANK_KEYS, sort=True):
+            if group["tvm_version"].nunique() < 2:
+                continue
+            kind = f"{unit}{', emulated' if emulated else ''}"
+            caption = f"Latency of {model} on {board_key} across TVM releases ({kind})"
+            stem = _slug("releases", model, board_key, unit, "emu" if emulated else "hw")
+            draw = partial(releases_figure, group, model, board_key, unit, bool(emulated))
+            specs.append(PlotSpec(stem, caption, draw))
     for (model, board_key, unit, emulated), group in ok.groupby(ranking.RANK_KEYS, sort=True):
         contenders = group[~group["executor"].isin(ranking.BASELINE_EXECUTORS)]
         if not any(tuning_answers.is_tuned(b) for b in contenders["tuning_budget"]):
@@ -264,6 +348,7 @@ def write_report(store: ResultStore, sweep_ref: str, out: Path, *, png_dir: Path
     ranked = ranking.best(store, q.Filters(sweep=sweep.id))
     slow = regressions.find(store, q.Filters(sweep=sweep.id))
     failures = failure_rows(df)
+    across = releases_answer(store, q.Filters(sweep=sweep.id))
     written = Written(out, len(plots))
     if png_dir is not None:
         png_dir.mkdir(parents=True, exist_ok=True)
@@ -274,11 +359,16 @@ def write_report(store: ResultStore, sweep_ref: str, out: Path, *, png_dir: Path
 
     counts = Counter(df["status"])
     status_line = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    figures = "".join(
-        f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{base64.b64encode(data).decode()}'>"
-        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
-        for _, caption, data in plots
-    )
+
+    def figure(caption: str, data: bytes) -> str:
+        return (
+            f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{base64.b64encode(data).decode()}'>"
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+        )
+
+    figures = "".join(figure(caption, data) for stem, caption, data in plots if not stem.startswith("releases-"))
+    release_figures = "".join(figure(caption, data) for stem, caption, data in plots if stem.startswith("releases-"))
+    releases_html = _releases_section(across, release_figures)
     ranking_html = _table(
         ranked,
         [
@@ -346,12 +436,13 @@ def write_report(store: ResultStore, sweep_ref: str, out: Path, *, png_dir: Path
         ],
     )
     title = f"tvmbench report: sweep {sweep.name} {sweep.label}".strip()
+    tvm_line = ", ".join(across.releases) if len(across.releases) > 1 else sweep.tvm_version
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title><style>{_CSS}</style></head>
 <body>
 <h1>{html.escape(title)}</h1>
 <p>sweep <code>{html.escape(sweep.id)}</code> · created {sweep.created_at:%Y-%m-%d %H:%M} UTC ·
-TVM {html.escape(sweep.tvm_version)} · host {html.escape(sweep.host)} · {len(df)} jobs ({html.escape(status_line)})</p>
+TVM {html.escape(tvm_line)} · host {html.escape(sweep.host)} · {len(df)} jobs ({html.escape(status_line)})</p>
 <p id="render-check" class="muted">plots not checked (needs JavaScript)</p>
 <h2>Latency by executor and opt_level</h2>
 <p class="muted">Only jobs whose outputs matched ONNX Runtime are plotted. Times are per inference.</p>
@@ -364,6 +455,7 @@ TVM {html.escape(sweep.tvm_version)} · host {html.escape(sweep.host)} · {len(d
 <p class="muted">MetaSchedule-tuned builds beside the same configuration untuned (budget 0): speed-ups, and the tuning
 minutes per unit of speed-up gained. `tvmbench results show JOB` lists each tuned job's tasks.</p>
 {tuning_html}
+{releases_html}
 <h2>Regressions against history</h2>
 <p class="muted">Results of this sweep slower than earlier results of the same configuration beyond noise
 (lookback z-score).</p>

@@ -84,7 +84,11 @@ _COLUMNS: dict[str, Any] = {
     "tuning_trials": m.Build.tuning_trials,
     "tuning_s": m.Build.tuning_s,
     "equivalent_to": m.Job.equivalent_to,
-    "tvm_version": m.Sweep.tvm_version,
+    # The TVM the program was built with: the build's own (a sweep with a `tvm` axis builds under several
+    # releases), else the sweep's (older builds did not record it).
+    "tvm_version": func.coalesce(m.Build.tvm_version, m.Sweep.tvm_version),
+    "ffi_version": m.Build.ffi_version,
+    "kernel_count": m.Build.kernel_count,
     "host": m.Sweep.host,
     "finished_at": m.Job.finished_at,
     "error": m.Job.error,
@@ -276,7 +280,7 @@ def results(store: ResultStore, sweep_id: str | None = None) -> list[dict[str, A
     """One flat row per job (its final run's figures joined in), newest sweep first; ``sweep_id``: only
     that sweep's (an id, unique id prefix or label: QueryError when it names none or several)."""
     stmt = (
-        select(m.Job, m.Run, m.Build, m.Sweep.created_at)
+        select(m.Job, m.Run, m.Build, m.Sweep.tvm_version)
         .join(m.Sweep, m.Sweep.id == m.Job.sweep_id)
         .outerjoin(m.Run, m.Run.id == m.Job.final_run_id)
         .outerjoin(m.Build, m.Build.build_key == m.Job.build_key)
@@ -285,7 +289,7 @@ def results(store: ResultStore, sweep_id: str | None = None) -> list[dict[str, A
     if sweep_id:
         stmt = stmt.where(m.Job.sweep_id == resolve_sweep(store, sweep_id).id)
     with store.read() as s:
-        return [_result_row(job, run, build) for job, run, build, _ in s.execute(stmt)]
+        return [_result_row(job, run, build, tvm) for job, run, build, tvm in s.execute(stmt)]
 
 
 def job_detail(store: ResultStore, job_ref: str, sweep_id: str | None = None) -> dict[str, Any] | None:
@@ -311,7 +315,7 @@ def job_detail(store: ResultStore, job_ref: str, sweep_id: str | None = None) ->
         build = s.get(m.Build, job.build_key)
         runs = list(s.scalars(select(m.Run).where(m.Run.job_id == job.id).order_by(m.Run.attempt)))
         final = next((r for r in runs if r.id == job.final_run_id), None)
-        detail = _result_row(job, final, build)
+        detail = _result_row(job, final, build, s.get(m.Sweep, job.sweep_id).tvm_version)
         detail["config"] = job.config
         detail["error"] = job.error
         detail["build"] = None if build is None else build_detail(build)
@@ -356,7 +360,7 @@ def peak_memory_mb(executor: str, run: m.Run | None, build: m.Build | None) -> f
     return None
 
 
-def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None) -> dict[str, Any]:
+def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None, sweep_tvm: str | None) -> dict[str, Any]:
     return {
         "sweep_id": job.sweep_id,
         "job_key": job.job_key,
@@ -392,5 +396,8 @@ def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None) -> dict[st
         "tuning_s": build.tuning_s if build else None,
         "kernel_count": build.kernel_count if build else None,
         "pass_count": build.pass_count if build else None,
+        # The release the program was built with (the sweep's TVM for builds that did not record theirs).
+        "tvm_version": (build.tvm_version if build and build.tvm_version else None) or sweep_tvm or None,
+        "ffi_version": build.ffi_version if build else None,
         "error": job.error,
     }

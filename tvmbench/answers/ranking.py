@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
@@ -31,11 +32,13 @@ BASELINE_EXECUTORS = baseline_names()
 RANK_KEYS = ["model", "board_key", "unit", "emulated"]
 
 
-def config_name(row: Any) -> str:
-    """A configuration as people say it: "vm-compiled O2 per-target (host)", "... tuned 64 (host)"."""
+def config_name(row: Any, *, release: bool = False) -> str:
+    """A configuration as people say it: "vm-compiled O2 per-target (host)", "... tuned 64 (host)";
+    with ``release`` its TVM too ("... TVM 0.26.0 (host)"), for rankings across several releases."""
     budget = row.get("tuning_budget") if hasattr(row, "get") else None
     tuned = f" tuned {int(budget)}" if tuning_answers.is_tuned(budget) else ""
-    return f"{row['executor']} O{row['opt_level']} {row['pipeline']}{tuned} ({row['target']})"
+    tvm = f" TVM {row['tvm_version']}" if release and hasattr(row, "get") and row.get("tvm_version") else ""
+    return f"{row['executor']} O{row['opt_level']} {row['pipeline']}{tuned}{tvm} ({row['target']})"
 
 
 def latest_sweeps(store: ResultStore, filters: q.Filters) -> dict[tuple[str, str], str]:
@@ -83,6 +86,7 @@ _CANDIDATE_COLUMNS = [
     "tuning_budget",
     "tuning_trials",
     "tuning_s",
+    "tvm_version",
 ]
 METRICS = {"steady": "median", "first": "first_ms"}
 
@@ -144,6 +148,9 @@ def rank(
         # The first inference is one value in ms: it ranks ms runs only, and its "median" is that value.
         df = df[(df["unit"] == "ms") & df["first_ms"].notna()].assign(median=lambda d: d["first_ms"])
     df = df[df["median"].notna()].sort_values([*RANK_KEYS, "median", "job_key"])
+    # A sweep over TVM releases has the same configuration once per release: its names say which.
+    several = "tvm_version" in df and df["tvm_version"].nunique(dropna=True) > 1
+    name = partial(config_name, release=several)
     is_baseline = df["executor"].isin(BASELINE_EXECUTORS)
     baseline = df[is_baseline].groupby(RANK_KEYS)["median"].min().to_dict()
     contenders = df[~is_baseline]
@@ -171,8 +178,9 @@ def rank(
             "emulated": bool(emulated),
             "sweep_id": top["sweep_id"],
             "candidates": int(sizes[key]),
-            "best": config_name(top),
+            "best": name(top),
             "best_job": top["job_key"],
+            "tvm_version": top["tvm_version"],  # the release the winner was built with
             "best_median": float(top["median"]),
             "best_lo": ci.lo,
             "best_hi": ci.hi,
@@ -182,25 +190,26 @@ def rank(
             "runner_up_median": None,
             "runner_up_lo": None,
             "runner_up_hi": None,
+            "runner_up_tvm_version": None,
             "uncertain": False,
         }
-        verdict = f"{config_name(top)} is fastest"
+        verdict = f"{name(top)} is fastest"
         if len(pair) == 1:
-            verdict = f"{config_name(top)} (the only configuration measured)"
+            verdict = f"{name(top)} (the only configuration measured)"
         else:
             second = pair.iloc[1]
             ci2 = median_ci(samples.get(second["run_id"]), confidence, seed=seed)
             row.update(
-                runner_up=config_name(second), runner_up_median=float(second["median"]), runner_up_lo=ci2.lo,
-                runner_up_hi=ci2.hi, **_figures(second, "runner_up"),
+                runner_up=name(second), runner_up_median=float(second["median"]), runner_up_lo=ci2.lo,
+                runner_up_hi=ci2.hi, runner_up_tvm_version=second["tvm_version"], **_figures(second, "runner_up"),
             )  # fmt: skip
             if metric == "first":
                 verdict += " at first inference (one run each: no interval, read close figures as a tie)"
             elif ci.overlaps(ci2):
                 row["uncertain"] = True
-                verdict = f"uncertain: {config_name(top)} and {config_name(second)} overlap"
+                verdict = f"uncertain: {name(top)} and {name(second)} overlap"
         last = slowest.loc[key]
-        row["slowest"] = config_name(last)
+        row["slowest"] = name(last)
         row["speedup_vs_slowest"] = float(last["median"]) / float(top["median"]) if top["median"] else math.nan
         ort = baseline.get(key)
         row["onnxruntime_median"] = ort
@@ -209,7 +218,7 @@ def rank(
             verdict += f"; the onnxruntime baseline is faster still ({ort:.4g} vs {row['best_median']:.4g} {unit})"
         row["verdict"] = verdict
         # Tuned and untuned side by side, with what the tuning cost (empty when nothing was tuned).
-        row["tuning"] = tuning_answers.side_by_side(every_config.get_group(key), ort, config_name)
+        row["tuning"] = tuning_answers.side_by_side(every_config.get_group(key), ort, name)
         out.append(row)
     return out
 

@@ -103,6 +103,21 @@ _COLUMNS = [
 ]
 
 
+def release_step(versions: list[Any]) -> str | None:
+    """ "TVM A -> B" when the last of ``versions`` (a history's TVM versions, oldest first, the judged
+    result last) began a release that an earlier result in them did not have, else None.
+
+    The step is where the latest result's release began: walking back over the results of that same
+    release, the first one of another release is the one before the step."""
+    if not versions:
+        return None
+    latest = versions[-1]
+    for earlier in reversed(versions[:-1]):
+        if earlier != latest and earlier and latest:
+            return f"TVM {earlier} -> {latest}"
+    return None
+
+
 def find(
     store: ResultStore,
     filters: q.Filters | None = None,
@@ -141,6 +156,7 @@ def find(
         row.update({"latest": float(latest["median"]), "history": len(history), "method": method})
         if len(history) < p.min_history:
             row.update(regressed=False, baseline=None, ratio=None, score=None, baseline_tvm_version=None)
+            row["release_step"] = None
             row["note"] = f"{len(history)} earlier result(s), {p.min_history} needed"
         else:
             v = judge(history["median"].to_numpy(dtype=float), float(latest["median"]), p)
@@ -150,8 +166,12 @@ def find(
                 ratio=float(latest["median"]) / v.baseline if v.baseline else None,
                 score=v.score,
                 baseline_tvm_version=history.iloc[-1]["tvm_version"],
+                # The release that changed inside the judged window, if one did: the step to blame.
+                release_step=release_step([*history["tvm_version"], latest["tvm_version"]]),
                 note="",
             )
+            if row["regressed"] and row["release_step"]:
+                row["note"] = f"since {row['release_step']}"
         if row["regressed"] or include_all:
             out.append(row)
     out.sort(key=lambda r: -(r["score"] or 0))
@@ -180,10 +200,18 @@ def history(
     first = df.iloc[0]
     points: list[dict[str, Any]] = []
     earlier: dict[tuple[str, bool], list[float]] = {}
+    earlier_releases: dict[tuple[str, bool], list[str | None]] = {}
+    previous_release: str | None = None
     for _, r in df.iterrows():
         point = {k: r[k] for k in ("sweep_id", "sweep_label", "sweep_created_at", "finished_at", "status", "unit",
                                    "emulated", "median", "tvm_version", "host", "load_avg_1m")}  # fmt: skip
-        point.update(regressed=False, baseline=None, score=None, history=0)
+        point.update(regressed=False, baseline=None, score=None, history=0, release_step=None)
+        # Where the TVM release changes (the dashboard draws a marker there): "TVM A -> B" on the first
+        # result of the new release.
+        release = r["tvm_version"] or None
+        step = previous_release is not None and release is not None and release != previous_release
+        point["release_boundary"] = f"TVM {previous_release} -> {release}" if step else None
+        previous_release = release or previous_release
         ok = r["status"] == "ok" and r["median"] is not None and not math.isnan(r["median"])
         if not ok:
             point["median"] = None
@@ -195,7 +223,11 @@ def history(
         if len(window) >= p.min_history:
             v = judge(np.asarray(window, dtype=float), float(r["median"]), p)
             point.update(regressed=v.regressed, baseline=v.baseline, score=v.score)
+            if v.regressed:  # the release that changed inside the window this point was judged against
+                versions = [*earlier_releases.get((r["unit"], bool(r["emulated"])), [])[-p.lookback :], release]
+                point["release_step"] = release_step(versions)
         series.append(float(r["median"]))
+        earlier_releases.setdefault((r["unit"], bool(r["emulated"])), []).append(release)
         points.append(point)
     identity = {k: _jsonable(first[k]) for k in ("model", "target", "board_key", "executor", "opt_level", "pipeline")}
     return {"job_key": key, **identity, "method": method, "lookback": p.lookback, "points": records(points)}

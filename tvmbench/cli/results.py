@@ -286,6 +286,41 @@ def results_compare(
         raise typer.Exit(1)
 
 
+@app.command("releases")
+def results_releases(
+    sweep: Annotated[
+        str | None, typer.Option("--sweep", help="Only this sweep (default: every sweep, the newest result of each).")
+    ] = None,
+    model: ModelOpt = None,
+    target: TargetOpt = None,
+    board: BoardOpt = None,
+    executor: ExecutorOpt = None,
+    threshold: Annotated[float, typer.Option(help="Relative change that counts (0.05 = 5 %).")] = 0.05,
+    alpha: Annotated[float, typer.Option(help="Significance level of the Mann-Whitney U test.")] = 0.05,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+    only: ColumnsOpt = None,
+    tsv: TsvOpt = False,
+) -> None:
+    """Each configuration across the TVM releases it was built with: medians, ratios, what changed; exit 1
+    when a release is significantly slower than the one before it (or broke what it built)."""
+    from tvmbench.answers import releases
+
+    tables(wide, only, tsv)
+    filters = _filters(sweep, model, target, board, executor, None, None, None, None, None)
+    with failures_as_lines():
+        check_range("--threshold", threshold, 0)
+        check_range("--alpha", alpha, 0, 1, open_low=True)
+        result = releases.releases(open_store(db, read_only=True), filters, threshold=threshold, alpha=alpha)
+    if as_json:
+        print_json(analysis_views.releases_json(result))
+    else:
+        analysis_views.print_releases(console, result)
+    if result.failed:
+        raise typer.Exit(1)
+
+
 @app.command("regressions")
 def results_regressions(
     sweep: Annotated[
@@ -347,10 +382,14 @@ def results_history(
     if as_json:
         print_json(data)
         return
-    cols = ["sweep_id", "sweep_label", "sweep_created_at", "status", "median", "unit", "baseline", "score", "regressed"]
+    cols = ["sweep_id", "sweep_label", "sweep_created_at", "status", "median", "unit", "baseline", "score", "regressed",
+            "tvm_version"]  # fmt: skip
     title = f"{data['model']} {data['executor']} O{data['opt_level']} {data['pipeline']} on {data['board_key']}"
     history_of = f"history of {data['job_key'][:12]}: {title}"
     analysis_views.table_rows(console, data["points"], history_of, cols, priority={"sweep_id": 0})
+    for p in data["points"]:  # where the release changed: a step after it may be the release's
+        if p["release_boundary"]:
+            console.print(f"release boundary at sweep {p['sweep_id'][:12]}: {p['release_boundary']}", highlight=False)
 
 
 def report_cmd(

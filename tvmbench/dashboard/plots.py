@@ -120,6 +120,13 @@ def history_figure(data: dict[str, Any]) -> Figure:
     failed = [t for t, p in zip(when, points, strict=True) if p["median"] is None]
     if failed:
         ax.plot(failed, [0] * len(failed), "x", color="#c00", label="failed")
+    # A vertical line where the TVM release changes, labelled with the step: a jump right of it is the
+    # new release's (or of what else changed with it), not noise.
+    for t, p in zip(when, points, strict=True):
+        if p.get("release_boundary"):
+            ax.axvline(t, color="#a60", linestyle="--", linewidth=1)
+            ax.annotate(p["release_boundary"], (t, 1), xycoords=("data", "axes fraction"), xytext=(3, -12),
+                        textcoords="offset points", fontsize="small", color="#a60")  # fmt: skip
     ax.set_ylabel(f"median latency ({', '.join(units) or 'ms'})")
     ax.set_xlabel("sweep created")
     ax.set_title(f"{data['model']} {data['executor']} O{data['opt_level']} {data['pipeline']} on {data['board_key']}")
