@@ -85,14 +85,32 @@ def provision_boards(home: Path, keys: list[str], note: Note = lambda _msg: None
     return roots
 
 
-def board_command(key: str, tracker: str, host: str, port: int, root: Path | None = None) -> list[str]:
-    """The command that runs one board agent for ``key``: natively, or under its emulator."""
-    agent_args = ["--tracker", tracker, "--key", key, "--host", host, "--port", str(port)]
+def board_command(
+    key: str,
+    tracker: str,
+    host: str,
+    port: int,
+    root: Path | None = None,
+    *,
+    python: str = sys.executable,
+    tracker_key: str | None = None,
+) -> list[str]:
+    """The command that runs one board agent for ``key``: natively, or under its emulator.
+
+    ``python`` runs a native agent (a toolchain's interpreter: that release's runtime), which registers
+    under ``tracker_key`` (default ``key``; a release's boards register under ``release_key``).
+    """
+    agent_args = ["--tracker", tracker, "--key", tracker_key or key, "--host", host, "--port", str(port)]
     kind = kind_for_key(key)
     if kind is None:  # a key of no known kind (a second host, a lab's own board): a native agent under it
-        return [sys.executable, str(BOARD_AGENT), *agent_args]
+        return [python, str(BOARD_AGENT), *agent_args]
     if kind.agent == "native":
-        return kind.agent_command(agent_args)
+        return kind.agent_command(agent_args, python=python)
+    if python != sys.executable:
+        raise FarmError(
+            f"board {key} runs under {kind.agent}: boards of another TVM release are native boards only "
+            "(not supported yet for emulated boards)"
+        )
     if kind.agent == "mcu":  # an emulated microcontroller (cortex-m4-emu, ...) gets the MCU agent
         return kind.agent_command(agent_args)
     if shutil.which(kind.emulator or "") is None:
