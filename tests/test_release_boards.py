@@ -6,13 +6,16 @@ a board started from a toolchain registers under its release's key (``release_ke
 runtime it serves; a board whose runtime is not its key's release never gets an artifact; the installed
 TVM's RPC client measures a 0.26-built artifact on a 0.26 board (the RPC protocol of the two releases is
 the same: checked by hand first, then here through the real runner); and ``farm up --tvm`` starts,
-shows and stops such boards.
+shows and stops such boards, on the host and on the emulated aarch64 board (its 0.26.0 root borrows the
+userland of tests/conftest.py's arm64-emu root and adds that release's aarch64 wheels: ~15 s once, cached
+next to it in ~/.cache/tvmbench). The module runs in about a minute on 2 cores once both are cached.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -21,10 +24,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator.farm import LocalFarm, wait_until
+from orchestrator.farm import FarmError, LocalFarm, provision_board, wait_until
 from orchestrator.health import build_golden
 from orchestrator.plan import plan_jobs
 from orchestrator.spec import parse_spec
+from tests.conftest import ARM64_CACHE, QEMU_AARCH64
 from tvmbench.cli import app
 from tvmbench.core.records import Build, Job
 from workers.artifacts import ArtifactCache
@@ -32,6 +36,7 @@ from workers.board_session import board_runtime
 from workers.executors.registry import measure_job
 from workers.executors.requests import MeasureRequest
 from workers.onnx_model import seeded_inputs
+from workers.reference import reference_outputs
 from workers.toolchains import provision, registry
 from workers.toolchains.boards import installed_version, release_key
 from workers.toolchains.build import build_in_toolchain, run_in_toolchain
@@ -186,7 +191,7 @@ def test_farm_up_tvm_starts_a_board_of_that_release_status_shows_it_down_stops_i
     [
         (["--tvm", "9.9.9"], "`tvmbench toolchains add 9.9.9`"),
         (["--board", "host", "--tvm", "9.9.9"], "no toolchain of TVM 9.9.9 here"),
-        (["--board", "arm64-emu", "--tvm", RELEASE], "not supported yet"),
+        (["--board", "arm64-emu", "--tvm", "9.9.9"], "`tvmbench toolchains add 9.9.9`"),
     ],
 )
 def test_farm_up_tvm_bad_input_is_one_line_exit_2(release_home: Path, args: list[str], culprit: str) -> None:
@@ -195,3 +200,50 @@ def test_farm_up_tvm_bad_input_is_one_line_exit_2(release_home: Path, args: list
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and culprit in errors[0], result.output
     assert not (release_home / "farm.json").exists()  # nothing was started
+
+
+ARM64_RELEASE_CACHE = ARM64_CACHE.parent / release_key("arm64-emu", RELEASE)  # next to the installed one's root
+
+
+@pytest.fixture(scope="module")
+def arm64_026_root(arm64_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An arm64-emu root with TVM 0.26.0's aarch64 wheels, its userland borrowed from the installed one's (once)."""
+    log = tmp_path_factory.mktemp("provision") / "provision-026.log"
+    try:
+        return provision_board("arm64-emu", ARM64_RELEASE_CACHE, log=log, tvm_version=RELEASE, base_root=arm64_root)
+    except FarmError as exc:
+        pytest.fail(f"{exc} (full log: {log})", pytrace=False)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which(QEMU_AARCH64) is None, reason=f"{QEMU_AARCH64} not installed")
+def test_farm_up_arm64_emu_tvm_runs_that_release_on_aarch64_and_measures_its_cross_build(
+    release_home: Path, arm64_026_root: Path, tvm026: Toolchain, models_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = release_key("arm64-emu", RELEASE)
+    monkeypatch.setenv("TVMBENCH_BOARD_ROOT_ARM64_EMU_TVM0_26_0", str(arm64_026_root))
+    stamp = (arm64_026_root / ".tvmbench-provisioned").read_text()
+    assert f"apache-tvm[rpc]=={RELEASE} apache-tvm-ffi==0.1.14.post1" in stamp
+    up = farm("up", "--boards", "0", "--board", "arm64-emu", "--tvm", RELEASE)
+    try:
+        assert up.exit_code == 0, up.output
+        (board,) = json.loads(farm("status", "--json").stdout)["boards"]
+        assert (board["key"], board["tvm"], board["running"]) == (key, RELEASE, True)
+        text = (
+            "[[models]]\npath = 'tiny_cnn.onnx'\n[[targets]]\npreset = 'arm64-emu'\n[measure]\nnumber = 1\nrepeat = 2\n"
+        )
+        (job,) = plan_jobs(parse_spec(text, base=models_dir))
+        data = (models_dir / "tiny_cnn.onnx").read_bytes()
+        build, artifact = build_in_toolchain(tvm026, job, data)
+        assert build.ok and build.artifact_arch == "aarch64", build.error
+        inputs = seeded_inputs(job.model.inputs, job.measure.seed)
+        tracker = json.loads(farm("status", "--json").stdout)["tracker"]
+        request = MeasureRequest(on_key(job, key), build, artifact, inputs, reference_outputs(data, inputs), tracker)
+        run = measure_job(request)
+        assert run.status == "ok", run.error
+        assert run.board_facts["tvm_version"] == RELEASE and run.board_facts["arch"] == "aarch64"
+        assert run.emulated and run.max_abs_err < 1e-4
+    finally:
+        down = farm("down")
+    assert down.exit_code == 0, down.output
+    wait_until(lambda: _gone(board["pid"]), 10, f"board process {board['pid']} to stop after farm down")

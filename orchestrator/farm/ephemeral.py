@@ -34,8 +34,8 @@ def farm_for_run(
     ``board_keys`` this machine can emulate (an aarch64 board under qemu, provisioned the first time; a
     Cortex-M under QEMU). Its processes die with this driver even on SIGKILL (PR_SET_PDEATHSIG), and are
     recorded in a pid file so that the next run or resume stops anything a killed driver left behind.
-    With ``toolchains`` (the releases a sweep needs), the host boards are started once per toolchain,
-    each running that release's runtime under its release's key (``LocalFarm.start``).
+    With ``toolchains`` (the releases a sweep needs), the host and emulated boards are started once per
+    toolchain, each running that release's runtime under its release's key (``LocalFarm.start``).
     """
     address = tracker or configured_tracker(home)
     if address:
@@ -44,8 +44,10 @@ def farm_for_run(
     reap_stale_farms(home)
     keys = board_keys or set()
     wanted: dict[str, int] = {"host": boards}
-    roots = provision_boards(home, sorted(keys & set(EMULATED_BOARDS)), note)
-    wanted.update(dict.fromkeys(roots, 1))
+    versions = [t.tvm_version for t in toolchains] if toolchains else None
+    emulated = sorted(keys & set(EMULATED_BOARDS))
+    roots = provision_boards(home, emulated, note, tvm_versions=versions)
+    wanted.update(dict.fromkeys(emulated, 1))
     wanted.update(dict.fromkeys(sorted(k for k in keys if _is_mcu(k)), 1))
     described = ", ".join(f"{n} {k}" for k, n in wanted.items())
     note(f"no farm configured: starting a local tracker and board(s) {described} on 127.0.0.1")

@@ -10,7 +10,7 @@ from typing import Any
 from orchestrator.farm.errors import wait_until
 from orchestrator.farm.network import LOOPBACK, free_port, warn_exposed
 from orchestrator.farm.processes import _spawn, _tracker_cmd, stop_pid
-from orchestrator.farm.provisioning import EMULATED_BOARD_START_S, EMULATED_BOARDS, board_command
+from orchestrator.farm.provisioning import EMULATED_BOARD_START_S, EMULATED_BOARDS, board_command, board_root
 from workers.board_kinds import kind_for_key
 from workers.toolchains.boards import release_key
 from workers.toolchains.probe import PROJECT_ROOT, child_env
@@ -65,8 +65,8 @@ class LocalFarm:
         provisioned root (``board_roots[key]``, else ``board_root(key)``). With ``toolchains``, the
         native boards are started once per toolchain, each under that toolchain's interpreter and
         registered under its release's key (one host board per release: ``boards={"host": 1}``); include
-        ``toolchain.installed()`` to also have boards of the installed release. Emulated boards (and MCUs)
-        run the installed release only.
+        ``toolchain.installed()`` to also have boards of the installed release. Emulated Linux boards too,
+        each from its release's root (``board_roots`` by tracker key); MCUs run the installed release only.
         """
         if host != LOOPBACK:
             warn_exposed("farm", host)
@@ -91,8 +91,9 @@ class LocalFarm:
                 f"the tracker on {farm.tracker} (log: {log_dir / 'tracker.log'})",
             )
             for key, count in (boards or {"host": 1}).items():
-                native = (kind := kind_for_key(key)) is None or kind.agent == "native"
-                runtimes: Sequence[Toolchain | None] = toolchains if toolchains is not None and native else [None]
+                # Native agents run under each toolchain; an emulated Linux board from each release's root.
+                per_release = (kind := kind_for_key(key)) is None or kind.agent in ("native", "qemu-user")
+                runtimes: Sequence[Toolchain | None] = toolchains if toolchains is not None and per_release else [None]
                 for runtime in runtimes:
                     for _ in range(count):
                         farm.add_board(key, wait=False, toolchain=runtime)
@@ -121,15 +122,21 @@ class LocalFarm:
 
         With ``toolchain``, the agent runs under that toolchain's interpreter (its TVM runtime, none of
         this process's paths: ``probe.child_env``) from the project root, and registers under
-        ``release_key(key, toolchain.tvm_version)``, where only jobs of that release look for boards.
+        ``release_key(key, toolchain.tvm_version)``, where only jobs of that release look for boards. An
+        emulated board of a release runs from that release's root (``board_roots[tracker key]``, else
+        ``board_root(tracker key)``; ``provision_boards`` with ``tvm_versions`` provisions it).
         """
         port = free_port(self.host)
-        root = self.board_roots.get(key)
         version = toolchain.tvm_version if toolchain is not None else None
         tracker_key = release_key(key, version)
+        root = self.board_roots.get(tracker_key)
+        env: dict[str, str] | None = None
+        cwd: Path | None = None
         if tracker_key == key:  # the installed release (or none named): the agent as before, this interpreter
             cmd = board_command(key, self.tracker, self.host, port, Path(root) if root else None)
-            env, cwd = None, None
+        elif key in EMULATED_BOARDS:  # the emulator runs the release its own root was provisioned with
+            release_root = Path(root) if root else board_root(tracker_key)
+            cmd = board_command(key, self.tracker, self.host, port, release_root, tracker_key=tracker_key)
         else:
             assert toolchain is not None
             cmd = board_command(

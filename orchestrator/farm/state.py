@@ -78,19 +78,16 @@ def up(
     """`farm up`: a local farm that stays up until `farm down`, recorded in TVMBENCH_HOME/farm.json.
 
     ``boards`` are native board agents by key; ``emulated`` adds one emulated board per entry. With
-    ``toolchains``, the native boards are started once per toolchain, each running that release's runtime
-    (``LocalFarm.start``); farm.json records each board's release, so `farm status` shows it.
+    ``toolchains``, every board is started once per toolchain, each running that release's runtime
+    (``LocalFarm.start``; an emulated board from a root provisioned with that release's wheels for its
+    architecture); farm.json records each board's release, so `farm status` shows it.
     """
     state = read_state(home)
     if state:
         raise FarmError(f"a farm is already configured at {state['tracker']}; run `tvmbench farm down` first")
-    if toolchains and emulated:
-        raise FarmError(
-            f"--board {emulated[0]} --tvm: emulated boards of another TVM release are not supported yet "
-            "(they run the installed release; start them without --tvm)"
-        )
     wanted = {k: n for k, n in boards.items() if n}
-    roots = provision_boards(home, list(dict.fromkeys(emulated)), note)
+    versions = [t.tvm_version for t in toolchains] if toolchains else None
+    roots = provision_boards(home, list(dict.fromkeys(emulated)), note, tvm_versions=versions)
     for key in emulated:
         wanted[key] = wanted.get(key, 0) + 1
     if not wanted:

@@ -38,8 +38,8 @@ TvmOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--tvm",
-        help="Run the host boards under this TVM release's toolchain (repeatable: one set of boards per release; "
-        "`tvmbench toolchains add` provisions one). Default: the installed TVM.",
+        help="Run the boards on this TVM release (repeatable: one set of boards per release): host boards under "
+        "its toolchain (`tvmbench toolchains add`), emulated ones from a root with its wheels. Default: installed TVM.",
     ),
 ]
 
@@ -96,12 +96,6 @@ def farm_up(
     if port is not None:
         check_range("--port", port, 0, 65536)  # 0: a free one, like the default
     native, emulated = _split_board_kinds(board or [], key)
-    if tvm and emulated:
-        fail(
-            f"--board {emulated[0]} --tvm {tvm[0]}: emulated boards of another TVM release are not supported yet "
-            "(start it without --tvm: it runs the installed TVM)",
-            code=INVALID,
-        )
     toolchains = _toolchains(tvm) if tvm else None
     count = max(boards, 1) if native else boards
     local = call(farm.up, home(), {key: count}, emulated, host=host, port=port, note=note, toolchains=toolchains)
