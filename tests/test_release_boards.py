@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +25,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator.farm import FarmError, LocalFarm, provision_board, wait_until
+from orchestrator.farm import FarmError, LocalFarm, free_port, provision_board, stop_pid, wait_until
+from orchestrator.farm.processes import _spawn
 from orchestrator.health import build_golden
 from orchestrator.plan import plan_jobs
 from orchestrator.spec import parse_spec
@@ -147,6 +149,25 @@ def test_the_golden_model_of_the_installed_release_is_not_run_on_a_026_board(
     assert run.health is None  # not checked: its golden model is another release's artifact
 
 
+def test_a_stock_rpc_server_is_taken_at_its_keys_word(farm026: LocalFarm, built026: tuple, tmp_path: Path) -> None:
+    job, build, artifact, inputs, reference = built026
+    key, port = release_key("stock", RELEASE), free_port()
+    command = [sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--port-end", str(port + 1), "--tracker", farm026.tracker, "--key", key]
+    server = _spawn(command, tmp_path / "stock.log")
+    try:
+        wait_until(lambda: key in registered_keys(tracker_summary(farm026.tracker)), 60, f"stock server {key}")
+        session = request_session(farm026.tracker, key, deadline_s=20, session_timeout_s=30)
+        assert board_runtime(session.remote) is None  # a stock server cannot say what it runs
+        del session
+        run = measure_job(MeasureRequest(on_key(job, key), build, artifact, inputs, reference, farm026.tracker))
+    finally:
+        stop_pid(server.pid)
+    # Its key says 0.26.0 and nothing says otherwise: the artifact goes to it (this 0.27 server happens to load it).
+    assert run.status == "ok", run.error
+    assert run.board_id.startswith(f"{key}@") and run.board_facts is None
+
+
 @pytest.fixture
 def release_home(home: Path, tvm026: Toolchain) -> Path:
     """A fresh TVMBENCH_HOME whose toolchains are the cached ones (a link: nothing is provisioned)."""
@@ -167,22 +188,28 @@ def _gone(pid: int) -> bool:
 
 
 def test_farm_up_tvm_starts_a_board_of_that_release_status_shows_it_down_stops_it(release_home: Path) -> None:
+    boards: list[dict] = []  # what farm status showed: the processes farm down must stop
     up = farm("up", "--board", "host", "--tvm", RELEASE)
     try:
         assert up.exit_code == 0, up.output
         assert f"1 with key '{KEY026}'" in up.output
-        status = json.loads(farm("status", "--json").stdout)
-        (board,) = status["boards"]
+        boards = json.loads(farm("status", "--json").stdout)["boards"]
+        (board,) = boards
         assert (board["key"], board["tvm"], board["toolchain"], board["running"]) == (KEY026, RELEASE, RELEASE, True)
         text = farm("status")
         assert text.exit_code == 0 and f"TVM {RELEASE}" in text.output and KEY026 in text.output
         listed = json.loads(farm("list", "--json").stdout)
         (row,) = listed["boards"]
         assert (row["key"], row["tvm"], row["release"]) == (KEY026, RELEASE, RELEASE)  # the agent said 0.26.0
+        added = farm("add", "--tvm", RELEASE)
+        assert added.exit_code == 0 and f"board {KEY026}@127.0.0.1:" in added.output, added.output
+        boards = json.loads(farm("status", "--json").stdout)["boards"]
+        assert [(b["key"], b["tvm"], b["running"]) for b in boards] == [(KEY026, RELEASE, True)] * 2
     finally:
         down = farm("down")
     assert down.exit_code == 0, down.output
-    wait_until(lambda: _gone(board["pid"]), 10, f"board process {board['pid']} to stop after farm down")
+    for b in boards:
+        wait_until(lambda b=b: _gone(b["pid"]), 10, f"board process {b['pid']} to stop after farm down")
     assert not (release_home / "farm.json").exists()
 
 
