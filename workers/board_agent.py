@@ -6,6 +6,9 @@ This file depends on TVM (and the standard library) only, so it can be copied to
 
 Functions registered for the orchestrator (reachable through the RPC session):
 - ``tvmbench.board_facts() -> str``: JSON with architecture, CPU, cores, memory, OS and versions.
+- ``tvmbench.board_runtime() -> str``: JSON ``{"tvm_version", "ffi_version"}`` of the runtime this agent
+  runs: asked before every upload, because an artifact loads only in the runtime of the release that built
+  it (workers/board_session.py refuses a board whose runtime is not its key's release).
 - ``tvmbench.profile(file_name, repeat, *inputs) -> str``: JSON with the time of every kernel call of
   ``main`` in an uploaded module, taken by a VM instrument on the board (TVM 0.27 has no VM profiler).
 - ``tvmbench.onnxruntime(file_name, number, repeat, input_names_json, *inputs) -> str``: runs an uploaded
@@ -38,7 +41,7 @@ try:  # run as a script from its folder (on a board), or imported as part of the
 except ImportError:
     from workers import board_state
 
-AGENT_VERSION = "3"
+AGENT_VERSION = "4"  # 4: tvmbench.board_runtime
 
 
 def _cpu_model() -> str:
@@ -64,8 +67,8 @@ def _mem_total_mb() -> int | None:
     return None
 
 
-def board_facts(key: str, port: int, emulated: bool) -> dict:
-    """What this board is: stored with every run measured on it."""
+def board_runtime() -> dict:
+    """The TVM runtime this agent serves: the versions of the ``tvm`` and ``tvm_ffi`` it imported."""
     import tvm
 
     try:
@@ -74,6 +77,12 @@ def board_facts(key: str, port: int, emulated: bool) -> dict:
         ffi_version = tvm_ffi.__version__
     except ImportError:
         ffi_version = None
+    return {"tvm_version": tvm.__version__, "ffi_version": ffi_version}
+
+
+def board_facts(key: str, port: int, emulated: bool) -> dict:
+    """What this board is: stored with every run measured on it."""
+    runtime = board_runtime()
     try:
         import onnxruntime
 
@@ -91,8 +100,8 @@ def board_facts(key: str, port: int, emulated: bool) -> dict:
         "mem_total_mb": _mem_total_mb(),
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
-        "tvm_version": tvm.__version__,
-        "ffi_version": ffi_version,
+        "tvm_version": runtime["tvm_version"],
+        "ffi_version": runtime["ffi_version"],
         "onnxruntime_version": ort_version,
         "emulated": emulated,
     }
@@ -193,10 +202,15 @@ def register_functions(key: str, port: int, emulated: bool) -> None:
     import tvm_ffi
 
     facts = json.dumps(board_facts(key, port, emulated))
+    runtime = json.dumps(board_runtime())
 
     @tvm_ffi.register_global_func("tvmbench.board_facts", override=True)
     def _facts() -> str:
         return facts
+
+    @tvm_ffi.register_global_func("tvmbench.board_runtime", override=True)
+    def _runtime() -> str:
+        return runtime
 
     @tvm_ffi.register_global_func("tvmbench.profile", override=True)
     def _profile(file_name: str, repeat: int, *inputs) -> str:

@@ -25,6 +25,7 @@ from workers.artifacts import arch_compatible
 from workers.executors.requests import MeasureRequest
 from workers.reference import compare
 from workers.targets import presets_for
+from workers.toolchains.boards import installed_version, split_release_key
 from workers.tracker_client import (
     DeviceUnavailable,
     NoBoardRegistered,
@@ -51,6 +52,48 @@ def board_facts(remote: Any) -> dict[str, Any] | None:
         return json.loads(remote.get_function("tvmbench.board_facts")())
     except Exception:
         return None
+
+
+def board_runtime(remote: Any) -> dict[str, Any] | None:
+    """``{"tvm_version", "ffi_version"}`` of the runtime a board serves, as its agent reports it; None for a
+    stock ``rpc_server`` (it cannot say). An agent older than ``tvmbench.board_runtime`` says it in its facts."""
+    for name in ("tvmbench.board_runtime", "tvmbench.board_facts"):
+        try:
+            reported = json.loads(remote.get_function(name)())
+        except Exception:  # no such function on this server: try the next, then give up
+            continue
+        if reported.get("tvm_version"):
+            return {"tvm_version": reported["tvm_version"], "ffi_version": reported.get("ffi_version")}
+    return None
+
+
+def key_release(board_id: str) -> str:
+    """The TVM release a board's tracker key declares (``host-tvm0.26.0@...``); a plain key, the installed one."""
+    key = board_id.rpartition("@")[0] or board_id
+    return split_release_key(key)[1] or installed_version()
+
+
+def runtime_mismatch(session: Session, base: dict[str, Any]) -> Run | None:
+    """The ``infra`` Run when the board's runtime is not its key's release, else None (checked before any upload).
+
+    An artifact loads only in the runtime that built it, and the key is how a job of a release finds its
+    boards, so a board registered under the wrong key must not get the artifact. ``infra``, naming the board
+    and both versions, counts against the board: the retry moves to another, and a board that keeps
+    lying about its release is quarantined like any other faulty one. A stock server is taken at its key's word.
+    """
+    runtime = board_runtime(session.remote)
+    declared = key_release(session.board_id)
+    if runtime is None or runtime["tvm_version"] == declared:
+        return None
+    ffi = f" (tvm-ffi {runtime['ffi_version']})" if runtime.get("ffi_version") else ""
+    return Run(
+        status="infra",
+        board_id=session.board_id,
+        finished_at=time.time(),
+        error=f"board {session.board_id} runs TVM {runtime['tvm_version']}{ffi} but its key is for TVM {declared}: "
+        f"not uploaded (an artifact loads only in its own release); restart that board under the right key",
+        **{k: v for k, v in base.items() if k != "board_id"},
+    )
 
 
 def check_outputs(
@@ -180,6 +223,11 @@ def acquire_board(job: Job, tracker: str, base: dict[str, Any], deadline_s: floa
         return Run(status="infra", error=f"tracker {tracker}: {one_line(exc)}", finished_at=time.time(), **base)
 
 
+def golden_release(golden: GoldenModel) -> str:
+    """The TVM release that built the golden model (the installed one unless it says)."""
+    return getattr(golden, "tvm_version", None) or installed_version()
+
+
 def checked_session(
     job: Job,
     tracker: str,
@@ -198,13 +246,23 @@ def checked_session(
     check ends the attempt as ``infra`` with ``health="failed"`` on that board. A board the job's own
     artifact (``artifact_arch``) cannot run on is not checked: the golden model was built for the same
     target and would fail there too, blaming the board for the job's ``build`` error. All waits share
-    one deadline, ``device_wait_s``.
+    one deadline, ``device_wait_s``. Before anything is uploaded, a board whose runtime is not its key's
+    release ends the attempt as ``infra`` (``runtime_mismatch``).
     """
     checked = set(checked_boards)
     wait_until = time.monotonic() + job.measure.device_wait_s
     while True:
         session = acquire_board(job, tracker, base, max(0.1, wait_until - time.monotonic()), **request)
-        if isinstance(session, Run) or golden is None or golden_check is None or session.board_id in checked:
+        if isinstance(session, Run):
+            return session
+        wrong_runtime = runtime_mismatch(session, base)
+        if wrong_runtime is not None:  # before the golden model too: it is an artifact as well
+            return wrong_runtime
+        if golden is None or golden_check is None or session.board_id in checked:
+            return session
+        if golden_release(golden) != key_release(session.board_id):
+            # The golden model was built by another release than this board runs: it would not load there
+            # and would blame the board. Boards of other releases go unchecked until it is built per release.
             return session
         board_id, facts = session.board_id, board_facts(session.remote)
         if not arch_compatible(artifact_arch, (facts or {}).get("arch")):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.board_session import board_facts
+from workers.board_session import board_facts, key_release
 from workers.tracker_client import DeviceUnavailable, request_session, tracker_summary
 
 
@@ -80,7 +80,9 @@ def board_list(tracker: str, known: dict[str, Any], live: bool = True) -> list[d
                 "cores": facts.get("cores"),
                 "mem_mb": facts.get("mem_total_mb"),
                 "os": facts.get("os"),
-                "tvm": facts.get("tvm_version"),
+                # What the board runs (its agent says), else what its key declares (a stock server).
+                "tvm": facts.get("tvm_version") or key_release(row["board"]),
+                "release": key_release(row["board"]),  # the release its key is for: where jobs of it go
                 "failures_in_a_row": board.consecutive_failures if board else 0,  # toward quarantine
                 "facts": facts or None,
             }

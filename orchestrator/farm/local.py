@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -9,15 +10,25 @@ from typing import Any
 from orchestrator.farm.errors import wait_until
 from orchestrator.farm.network import LOOPBACK, free_port, warn_exposed
 from orchestrator.farm.processes import _spawn, _tracker_cmd, stop_pid
-from orchestrator.farm.provisioning import EMULATED_BOARD_START_S, EMULATED_BOARDS, board_command
+from orchestrator.farm.provisioning import EMULATED_BOARD_START_S, EMULATED_BOARDS, board_command, board_root
+from workers.board_kinds import kind_for_key
+from workers.toolchains.boards import release_key
+from workers.toolchains.probe import PROJECT_ROOT, child_env
+from workers.toolchains.toolchain import Toolchain
 from workers.tracker_client import registered_keys, tracker_summary
 
 
 @dataclass
 class BoardProcess:
+    """One board agent this farm started: ``key`` is the tracker key it registered under (a release's
+    boards register under ``release_key``); ``tvm_version`` and ``toolchain`` say which runtime it runs
+    (None: the installed one, the interpreter tvmbench runs on)."""
+
     key: str
     port: int
     pid: int
+    tvm_version: str | None = None
+    toolchain: str | None = None
 
 
 @dataclass
@@ -46,11 +57,16 @@ class LocalFarm:
         timeout_s: float = 60.0,
         board_roots: dict[str, str] | None = None,
         die_with_parent: bool = False,
+        toolchains: Sequence[Toolchain] | None = None,
     ) -> LocalFarm:
         """Start a tracker and ``boards`` ({key: count}, default one "host" board); wait until registered.
 
         A key of ``EMULATED_BOARDS`` (such as "arm64-emu") starts that emulated board from its
-        provisioned root (``board_roots[key]``, else ``board_root(key)``).
+        provisioned root (``board_roots[key]``, else ``board_root(key)``). With ``toolchains``, the
+        native boards are started once per toolchain, each under that toolchain's interpreter and
+        registered under its release's key (one host board per release: ``boards={"host": 1}``); include
+        ``toolchain.installed()`` to also have boards of the installed release. Emulated Linux boards too,
+        each from its release's root (``board_roots`` by tracker key); MCUs run the installed release only.
         """
         if host != LOOPBACK:
             warn_exposed("farm", host)
@@ -75,8 +91,12 @@ class LocalFarm:
                 f"the tracker on {farm.tracker} (log: {log_dir / 'tracker.log'})",
             )
             for key, count in (boards or {"host": 1}).items():
-                for _ in range(count):
-                    farm.add_board(key, wait=False)
+                # Native agents run under each toolchain; an emulated Linux board from each release's root.
+                per_release = (kind := kind_for_key(key)) is None or kind.agent in ("native", "qemu-user")
+                runtimes: Sequence[Toolchain | None] = toolchains if toolchains is not None and per_release else [None]
+                for runtime in runtimes:
+                    for _ in range(count):
+                        farm.add_board(key, wait=False, toolchain=runtime)
             emulated = any(k in EMULATED_BOARDS for k in boards or {})
             farm.wait_for_boards(max(timeout_s, EMULATED_BOARD_START_S) if emulated else timeout_s)
         except BaseException:
@@ -95,13 +115,43 @@ class LocalFarm:
         self.tracker_pid = proc.pid
         wait_until(lambda: tracker_summary(self.tracker, timeout_s=2) is not None, timeout_s, f"tracker {self.tracker}")
 
-    def add_board(self, key: str = "host", *, wait: bool = True, timeout_s: float = 60.0) -> BoardProcess:
-        """Start one board agent on this machine registered under ``key``."""
+    def add_board(
+        self, key: str = "host", *, wait: bool = True, timeout_s: float = 60.0, toolchain: Toolchain | None = None
+    ) -> BoardProcess:
+        """Start one board agent on this machine registered under ``key``.
+
+        With ``toolchain``, the agent runs under that toolchain's interpreter (its TVM runtime, none of
+        this process's paths: ``probe.child_env``) from the project root, and registers under
+        ``release_key(key, toolchain.tvm_version)``, where only jobs of that release look for boards. An
+        emulated board of a release runs from that release's root (``board_roots[tracker key]``, else
+        ``board_root(tracker key)``; ``provision_boards`` with ``tvm_versions`` provisions it).
+        """
         port = free_port(self.host)
-        root = self.board_roots.get(key)
-        cmd = board_command(key, self.tracker, self.host, port, Path(root) if root else None)
-        proc = _spawn(cmd, Path(self.log_dir) / f"board-{key}-{port}.log", die_with_parent=self.die_with_parent)
-        board = BoardProcess(key=key, port=port, pid=proc.pid)
+        version = toolchain.tvm_version if toolchain is not None else None
+        tracker_key = release_key(key, version)
+        root = self.board_roots.get(tracker_key)
+        env: dict[str, str] | None = None
+        cwd: Path | None = None
+        if tracker_key == key:  # the installed release (or none named): the agent as before, this interpreter
+            cmd = board_command(key, self.tracker, self.host, port, Path(root) if root else None)
+        elif key in EMULATED_BOARDS:  # the emulator runs the release its own root was provisioned with
+            release_root = Path(root) if root else board_root(tracker_key)
+            cmd = board_command(key, self.tracker, self.host, port, release_root, tracker_key=tracker_key)
+        else:
+            assert toolchain is not None
+            cmd = board_command(
+                key, self.tracker, self.host, port, None, python=toolchain.python, tracker_key=tracker_key
+            )
+            env, cwd = child_env(toolchain.pythonpath), PROJECT_ROOT
+        log = Path(self.log_dir) / f"board-{tracker_key}-{port}.log"
+        proc = _spawn(cmd, log, env=env, die_with_parent=self.die_with_parent, cwd=cwd)
+        board = BoardProcess(
+            key=tracker_key,
+            port=port,
+            pid=proc.pid,
+            tvm_version=version if tracker_key != key else None,
+            toolchain=toolchain.name if toolchain is not None and tracker_key != key else None,
+        )
         self.boards.append(board)
         if wait:
             self.wait_for_boards(max(timeout_s, EMULATED_BOARD_START_S) if key in EMULATED_BOARDS else timeout_s)

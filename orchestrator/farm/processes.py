@@ -22,7 +22,11 @@ def _die_with_parent() -> None:
 
 
 def _spawn(
-    cmd: list[str], log: Path, env: dict[str, str] | None = None, die_with_parent: bool = False
+    cmd: list[str],
+    log: Path,
+    env: dict[str, str] | None = None,
+    die_with_parent: bool = False,
+    cwd: Path | None = None,
 ) -> subprocess.Popen:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
@@ -34,6 +38,7 @@ def _spawn(
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             env=env,
+            cwd=cwd,
             preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None,
         )
 

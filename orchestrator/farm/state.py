@@ -11,6 +11,7 @@ from orchestrator.farm.errors import FarmError
 from orchestrator.farm.local import BoardProcess, LocalFarm
 from orchestrator.farm.network import LOOPBACK
 from orchestrator.farm.provisioning import Note, provision_boards
+from workers.toolchains.toolchain import Toolchain
 from workers.tracker_client import parse_addr, tracker_summary
 
 
@@ -72,31 +73,38 @@ def up(
     host: str = LOOPBACK,
     port: int | None = None,
     note: Note = lambda _msg: None,
+    toolchains: list[Toolchain] | None = None,
 ) -> LocalFarm:
     """`farm up`: a local farm that stays up until `farm down`, recorded in TVMBENCH_HOME/farm.json.
 
-    ``boards`` are native board agents by key; ``emulated`` adds one emulated board per entry.
+    ``boards`` are native board agents by key; ``emulated`` adds one emulated board per entry. With
+    ``toolchains``, every board is started once per toolchain, each running that release's runtime
+    (``LocalFarm.start``; an emulated board from a root provisioned with that release's wheels for its
+    architecture); farm.json records each board's release, so `farm status` shows it.
     """
     state = read_state(home)
     if state:
         raise FarmError(f"a farm is already configured at {state['tracker']}; run `tvmbench farm down` first")
     wanted = {k: n for k, n in boards.items() if n}
-    roots = provision_boards(home, list(dict.fromkeys(emulated)), note)
+    versions = [t.tvm_version for t in toolchains] if toolchains else None
+    roots = provision_boards(home, list(dict.fromkeys(emulated)), note, tvm_versions=versions)
     for key in emulated:
         wanted[key] = wanted.get(key, 0) + 1
     if not wanted:
         raise FarmError("no boards asked for: give --boards N and/or --board KIND")
-    local = LocalFarm.start(home / "logs" / "farm", wanted, host=host, tracker_port=port, board_roots=roots)
+    local = LocalFarm.start(
+        home / "logs" / "farm", wanted, host=host, tracker_port=port, board_roots=roots, toolchains=toolchains
+    )
     write_state(home, local.to_json())
     return local
 
 
-def add(home: Path, key: str = "host") -> tuple[LocalFarm, BoardProcess]:
-    """`farm add`: one more board agent in the farm `farm up` started."""
+def add(home: Path, key: str = "host", toolchain: Toolchain | None = None) -> tuple[LocalFarm, BoardProcess]:
+    """`farm add`: one more board agent in the farm `farm up` started (of ``toolchain``'s release if given)."""
     state = read_state(home)
     if not state or not state.get("managed"):
         raise FarmError("no local farm is up; run `tvmbench farm up` first")
     local = LocalFarm.from_json(state)
-    board = local.add_board(key)
+    board = local.add_board(key, toolchain=toolchain)
     write_state(home, local.to_json())
     return local, board

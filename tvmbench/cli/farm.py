@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from orchestrator import farm
 from tvmbench.answers import columns, report
 from tvmbench.cli.common import (
+    INVALID,
     MAX_BOARDS,
     NOT_FOUND,
     ColumnsOpt,
@@ -28,7 +29,48 @@ from tvmbench.cli.common import (
     tables,
 )
 
+if TYPE_CHECKING:
+    from workers.toolchains.toolchain import Toolchain
+
 app = typer.Typer(no_args_is_help=True, help="The device farm: a TVM RPC tracker and its boards.")
+
+TvmOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tvm",
+        help="Run the boards on this TVM release (repeatable: one set of boards per release): host boards under "
+        "its toolchain (`tvmbench toolchains add`), emulated ones from a root with its wheels. Default: installed TVM.",
+    ),
+]
+
+
+def _toolchains(releases: list[str]) -> list[Toolchain]:
+    """The toolchain of each --tvm (the installed one by its version or as "installed"); one line, exit 2, for
+    a release that has none here."""
+    from workers.toolchains import registry
+    from workers.toolchains.boards import installed_version
+    from workers.toolchains.toolchain import INSTALLED, installed
+
+    found: list[Toolchain] = []
+    for release in dict.fromkeys(releases):
+        toolchain = installed() if release in (INSTALLED, installed_version()) else registry.find(release)
+        if toolchain is None:
+            fail(
+                f"--tvm {release}: no toolchain of TVM {release} here: `tvmbench toolchains add {release}` "
+                "provisions it (`tvmbench toolchains list` shows those added)",
+                code=INVALID,
+            )
+            raise AssertionError("unreachable")
+        found.append(toolchain)
+    return found
+
+
+def _split_board_kinds(kinds: list[str], key: str) -> tuple[bool, list[str]]:
+    """(whether --board named the native host kind, the emulated kinds): ``--board host`` is a host board."""
+    from workers.board_kinds import kind_for_key
+
+    native = [k for k in kinds if k == key or ((kind := kind_for_key(k)) is not None and kind.agent == "native")]
+    return bool(native), [k for k in kinds if k not in native]
 
 
 @app.command("up")
@@ -43,21 +85,65 @@ def farm_up(
         list[str] | None,
         typer.Option(
             "--board",
-            help="Also start an emulated board of this kind (repeatable): "
+            help="Also start a board of this kind (repeatable): host, or an emulated one: "
             + ", ".join(farm.EMULATED_BOARDS)
-            + ". Provisioned on first use, then cached.",
+            + ". Emulated boards are provisioned on first use, then cached.",
         ),
     ] = None,
+    tvm: TvmOpt = None,
 ) -> None:
     """Start a local tracker and N board agents that stay up until `farm down`."""
     if port is not None:
         check_range("--port", port, 0, 65536)  # 0: a free one, like the default
-    local = call(farm.up, home(), {key: boards}, board or [], host=host, port=port, note=note)
+    native, emulated = _split_board_kinds(board or [], key)
+    toolchains = _toolchains(tvm) if tvm else None
+    count = max(boards, 1) if native else boards
+    local = call(farm.up, home(), {key: count}, emulated, host=host, port=port, note=note, toolchains=toolchains)
     wanted: dict[str, int] = {}
     for b in local.boards:
         wanted[b.key] = wanted.get(b.key, 0) + 1
     described = ", ".join(f"{n} with key {k!r}" for k, n in wanted.items())
     console.print(f"farm up: tracker {local.tracker}, boards: {described}")
+
+
+@app.command("status")
+def farm_status(as_json: JsonOpt = False) -> None:
+    """The farm `farm up` started: its tracker, and each board with its key, TVM release, port and process."""
+    import os
+
+    from workers.toolchains.boards import installed_version
+
+    state = farm.read_state(home())
+    if state is None:
+        fail("no farm configured: `tvmbench farm up` starts a local one, `tvmbench farm connect HOST:PORT` uses yours")
+        return
+    rows = []
+    for b in state.get("boards", []):
+        try:
+            os.kill(int(b["pid"]), 0)
+            alive = True
+        except (ProcessLookupError, PermissionError, ValueError):
+            alive = False
+        rows.append(
+            {
+                "key": b["key"],
+                "tvm": b.get("tvm_version") or installed_version(),
+                "toolchain": b.get("toolchain") or "installed",
+                "port": b["port"],
+                "pid": b["pid"],
+                "running": alive,
+            }
+        )
+    if as_json:
+        print_json({"tracker": state["tracker"], "managed": bool(state.get("managed")), "boards": rows})
+        return
+    kind = "started by `farm up`" if state.get("managed") else "connected (`farm connect`): boards not managed here"
+    console.print(f"farm at {state['tracker']} ({kind})")
+    for row in rows:
+        console.print(
+            f"  {row['key']:<24} TVM {row['tvm']:<14} toolchain {row['toolchain']:<10} port {row['port']:<6} "
+            f"pid {row['pid']:<8} {'running' if row['running'] else 'not running'}"
+        )
 
 
 @app.command("down")
@@ -84,10 +170,16 @@ def farm_connect(address: str) -> None:
 
 
 @app.command("add")
-def farm_add(key: Annotated[str, typer.Option(help="Tracker key of the new board.")] = "host") -> None:
+def farm_add(
+    key: Annotated[str, typer.Option(help="Tracker key of the new board.")] = "host",
+    tvm: Annotated[
+        str | None, typer.Option("--tvm", help="Run it under this TVM release's toolchain (default: installed TVM).")
+    ] = None,
+) -> None:
     """Add one host CPU board to the farm `farm up` started."""
-    local, board = call(farm.add, home(), key)
-    console.print(f"board {key}@{local.host}:{board.port} registered")
+    toolchain = _toolchains([tvm])[0] if tvm else None
+    local, board = call(farm.add, home(), key, toolchain)
+    console.print(f"board {board.key}@{local.host}:{board.port} registered")
 
 
 @app.command("list")

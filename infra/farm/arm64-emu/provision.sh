@@ -9,6 +9,11 @@
 # Debian mirror apt uses and to the Python package index. Runs debootstrap as root, or under fakeroot
 # when not root (it creates device nodes and sets owners). PYTHON: the interpreter whose pip installs
 # the wheels (default python3; tvmbench passes its own).
+#
+# TVM_VERSION and TVM_FFI_VERSION choose the release the board runs (default: the pins below; tvmbench
+# passes the pin of workers/toolchains/pins.py). BASE_ROOT, a provisioned root of another release, lends
+# its userland as a hard-linked copy (nothing on a root is written after provisioning), so a second
+# release costs its wheels only, not another debootstrap.
 set -euo pipefail
 
 ROOT=${1:-${TVMBENCH_HOME:-$HOME/.tvmbench}/boards/arm64-emu}
@@ -16,7 +21,11 @@ SUITE=bookworm
 TVM_PIN="apache-tvm[rpc]==0.27.0.post1"
 FFI_PIN="apache-tvm-ffi==0.1.14.post1"
 NUMPY_PIN="numpy<2.3"
+[[ -n ${TVM_VERSION:-} ]] && TVM_PIN="apache-tvm[rpc]==$TVM_VERSION"
+[[ -n ${TVM_FFI_VERSION:-} ]] && FFI_PIN="apache-tvm-ffi==$TVM_FFI_VERSION"
 PINS="$SUITE $TVM_PIN $FFI_PIN $NUMPY_PIN"
+BASE_ROOT=${BASE_ROOT:-}
+[[ -n $BASE_ROOT && -f $BASE_ROOT/.tvmbench-provisioned ]] || BASE_ROOT=""
 STAMP="$ROOT/.tvmbench-provisioned"
 PYTHON=${PYTHON:-python3}
 
@@ -26,14 +35,14 @@ if [[ -f $STAMP && "$(cat "$STAMP")" == "$PINS" ]]; then
 fi
 
 DEBOOTSTRAP=(debootstrap)
-if [[ $(id -u) -ne 0 ]]; then
+if [[ -z $BASE_ROOT && $(id -u) -ne 0 ]]; then
   command -v fakeroot >/dev/null || {
     echo "error: debootstrap needs root: run as root, or apt-get install fakeroot" >&2
     exit 1
   }
   DEBOOTSTRAP=(fakeroot debootstrap)
 fi
-for tool in debootstrap dpkg; do
+for tool in $([[ -z $BASE_ROOT ]] && echo debootstrap dpkg); do
   command -v "$tool" >/dev/null || {
     echo "error: $tool not found; apt-get install debootstrap qemu-user-static" >&2
     exit 1
@@ -60,15 +69,21 @@ MIRROR=${TVMBENCH_DEBIAN_MIRROR:-$(mirror)}
 PARTIAL="$ROOT.partial"
 rm -rf "$PARTIAL"
 mkdir -p "$(dirname "$ROOT")"
-echo "arm64-emu: debootstrap $SUITE arm64 from $MIRROR into $PARTIAL"
-"${DEBOOTSTRAP[@]}" --foreign --arch=arm64 --variant=minbase --include=python3 "$SUITE" "$PARTIAL" "$MIRROR" \
-  >"$PARTIAL.log" 2>&1 || { tail -20 "$PARTIAL.log" >&2; exit 1; }
-# Unpack every fetched package without running its scripts (they would need emulation, and nothing
-# on the board needs them: the agent only imports Python modules).
-for deb in "$PARTIAL"/var/cache/apt/archives/*.deb; do
-  dpkg -x "$deb" "$PARTIAL"
-done
-rm -f "$PARTIAL"/var/cache/apt/archives/*.deb
+if [[ -n $BASE_ROOT ]]; then
+  echo "arm64-emu: the $SUITE userland of $BASE_ROOT into $PARTIAL (hard links)"
+  cp -al "$BASE_ROOT" "$PARTIAL"
+  rm -rf "$PARTIAL/opt/tvm-site" "$PARTIAL/.tvmbench-provisioned"
+else
+  echo "arm64-emu: debootstrap $SUITE arm64 from $MIRROR into $PARTIAL"
+  "${DEBOOTSTRAP[@]}" --foreign --arch=arm64 --variant=minbase --include=python3 "$SUITE" "$PARTIAL" "$MIRROR" \
+    >"$PARTIAL.log" 2>&1 || { tail -20 "$PARTIAL.log" >&2; exit 1; }
+  # Unpack every fetched package without running its scripts (they would need emulation, and nothing
+  # on the board needs them: the agent only imports Python modules).
+  for deb in "$PARTIAL"/var/cache/apt/archives/*.deb; do
+    dpkg -x "$deb" "$PARTIAL"
+  done
+  rm -f "$PARTIAL"/var/cache/apt/archives/*.deb
+fi
 
 echo "arm64-emu: aarch64 wheels into $PARTIAL/opt/tvm-site"
 "$PYTHON" -m pip install -q --no-cache-dir --disable-pip-version-check --target "$PARTIAL/opt/tvm-site" \
