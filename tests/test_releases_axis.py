@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import zipfile
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ from tvmbench.core.records import Build
 from workers.artifacts import ArtifactCache
 from workers.toolchains import probe, provision, registry
 from workers.toolchains.boards import installed_version, release_key
-from workers.toolchains.toolchain import Toolchain
+from workers.toolchains.toolchain import Toolchain, ToolchainError
 from workers.tracker_client import registered_keys, tracker_summary
 
 RELEASE = "0.26.0"
@@ -104,6 +105,7 @@ def start_release_board(toolchain: Toolchain, tracker: str, log: Path) -> tuple[
 @dataclass
 class Swept:
     store: ResultStore
+    db: Path
     cache: ArtifactCache
     first: SweepOutcome
     second: SweepOutcome
@@ -142,7 +144,9 @@ def swept(
             build = store.get_build(found.build_key(version))
             assert build is not None, f"no build row for {text}"
             builds[text] = build
-        yield Swept(store, cache, first, second, first_statuses, first_errors, spec.sweep_id, jobs, builds)
+        yield Swept(
+            store, tmp / "results.db", cache, first, second, first_statuses, first_errors, spec.sweep_id, jobs, builds
+        )
     finally:
         stop_pid(pid)
         store.close()
@@ -277,6 +281,9 @@ def test_each_release_built_its_own_job_with_its_own_versions(swept: Swept) -> N
     # Each trace is its release's own: 0.27 renamed the TIR simplifier (workers/toolchains/compat.py).
     assert "s_tir.StmtSimplify" not in old.pass_trace and "s_tir.StmtSimplify" in new.pass_trace
     assert old.kernel_count == new.kernel_count == 7
+    with sqlite3.connect(swept.db) as db:  # each job row points at its own release's build
+        job_builds = dict(db.execute("SELECT job_key, build_key FROM jobs WHERE sweep_id = ?", (swept.sweep_id,)))
+    assert job_builds == {swept.jobs[RELEASE]: old.build_key, swept.jobs[INSTALLED]: new.build_key}
 
 
 def test_a_job_of_another_release_waits_for_a_board_of_its_release(swept: Swept) -> None:
@@ -327,3 +334,23 @@ def test_a_toolchain_broken_after_add_ends_its_jobs_as_build_rows_and_the_rest_g
     assert by_text[INSTALLED]["status"] == "ok", by_text[INSTALLED]["error"]
     assert outcome.statuses == {"build": 1, "ok": 1}
     assert Path(broken_copy.python).exists()  # the interpreter is still there: only its TVM broke
+
+
+def test_run_provisions_a_missing_toolchain_with_progress_lines(tvm026: Toolchain, home: Path, tmp_path: Path) -> None:
+    """What `sweep run` does before the farm starts (an interpreter toolchain: recorded, not built, so cheap)."""
+    from orchestrator import toolchains
+
+    copy = tmp_path / "venv-0.26.0"
+    subprocess.run(["cp", "-al", str(Path(tvm026.python).parents[1]), str(copy)], check=True)
+    text = f"python:{copy / 'bin' / 'python'}"
+    (wanted,) = toolchains.needs((text,))
+    assert wanted.missing and wanted.tvm_version == RELEASE
+    with pytest.raises(ToolchainError, match=r"is not added here: `tvmbench toolchains add --python "):
+        toolchains.ensure((text,), provision_missing=False)
+    lines: list[str] = []
+    found = toolchains.ensure((text, INSTALLED), progress=lines.append)
+    assert found[text].tvm_version == RELEASE and found[INSTALLED].kind == "installed"
+    assert lines[0].startswith(f"toolchain python = {copy / 'bin' / 'python'}: not added here, provisioning it")
+    assert any("import check" in line for line in lines), lines
+    assert registry.find({"python": str(copy / "bin" / "python")}) == found[text]  # added: the next run finds it
+    assert toolchains.ensure((text,), provision_missing=False) == {text: found[text]}

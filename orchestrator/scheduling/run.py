@@ -95,7 +95,8 @@ def run_sweep(
     tvm_version = tvm_versions()[0]
     if spec.toolchains and toolchains is None:
         toolchains = toolchain_axis.ensure(spec.toolchains, provision_missing=False)
-    todo, outcome = _begin(spec, store, jobs, tvm_version, reopen_cancelled)
+    releases = {text: t.tvm_version for text, t in (toolchains or {}).items()}
+    todo, outcome = _begin(spec, store, jobs, tvm_version, reopen_cancelled, releases)
     if not todo:  # nothing left: no pool, no Ray
         Progress(outcome, progress).on_start(0, 0, 0)
         store.finish_sweep(spec.sweep_id, "complete" if outcome.complete else "incomplete")
@@ -129,7 +130,12 @@ def run_sweep(
 
 
 def _begin(
-    spec: SweepSpec, store: ResultStore, jobs: list[Job], tvm_version: str, reopen_cancelled: bool
+    spec: SweepSpec,
+    store: ResultStore,
+    jobs: list[Job],
+    tvm_version: str,
+    reopen_cancelled: bool,
+    releases: dict[str, str] | None = None,
 ) -> tuple[list[Job], SweepOutcome]:
     """Record the sweep and its jobs (this process becomes its driver); the jobs left to run, and the outcome so far."""
     new = store.begin_sweep(
@@ -141,6 +147,7 @@ def _begin(
         jobs=jobs,
         tvm_version=tvm_version,
         model_sizes={sha: p.stat().st_size for sha, p in spec.model_paths.items()},
+        releases=releases,
     )
     if reopen_cancelled:  # `sweep resume` after `sweep cancel`: the cancelled jobs run again
         store.reopen_cancelled(spec.sweep_id)
