@@ -291,7 +291,8 @@ def test_a_job_of_another_release_waits_for_a_board_of_its_release(swept: Swept)
     assert swept.first_statuses[new] == "ok"
     assert swept.first_statuses[old] == "pending-device"  # never sent to the installed release's board
     error = swept.first_errors[old] or ""
-    assert error.startswith(f"TVM {RELEASE}: no board with key 'host-tvm{RELEASE}' is registered"), error
+    assert error.startswith(f"no board running TVM {RELEASE} is registered under key 'host-tvm{RELEASE}'"), error
+    assert "farm add" not in error  # a board of the installed release under that key could not load it
     assert swept.first.statuses["pending-device"] == 1 and not swept.first.complete
 
 

@@ -325,11 +325,14 @@ class SweepRun:
         if state.route is None:
             return run
         error = run.error
-        if run.status == "pending-device" and error:
+        if run.status == "pending-device":
+            # Said anew: the board session's advice (`farm add --key ...`) would start a board of the
+            # installed release under this key, which could not load the artifact.
             release = self.toolchains[state.job.toolchain or ""].tvm_version
             error = (
-                f"TVM {release}: {error} (its artifact loads only in TVM {release}: a board of that release "
-                f"registers under key {state.route!r})"
+                f"no board running TVM {release} is registered under key {state.route!r} with tracker "
+                f"{self.tracker} (the artifact loads only in TVM {release}); the build is kept: connect a board "
+                "of that release under that key and run `tvmbench sweep resume`"
             )
         return replace(run, job_key=state.key, error=error)
 
