@@ -45,6 +45,7 @@ runner = CliRunner()
 PINNED_JOB_KEY = "d6aae7f45f3d4f8ebb58cf88e9bc04e7d066622acb426d6c60f00c13e7b37072"
 PINNED_BUILD_KEY = "c2866f7cb44894eebc8e55534d26cb99a0fd3f9cb9cf2e55590c749d436c7b4b"
 PINNED_MODEL = "4cabb6cb0ac761dd698eb9ef66c6376060a92b7001bb1b73a77a4ae02ed22c55"
+PINNED_SWEEP_ID = "6659f952c875"
 
 BASE = "[[models]]\npath = 'tiny_cnn.onnx'\n[axes]\nexecutor = ['vm-bytecode']\nopt_level = [3]\n"
 # A short wait for a board of a key that has none: the first run's 0.26.0 job ends pending-device soon.
@@ -158,11 +159,25 @@ def store_rows(store: ResultStore, sweep_id: str) -> list[dict]:
     return query.results(store, sweep_id)
 
 
-def test_a_sweep_without_the_axis_keeps_its_job_and_build_keys(models_dir: Path) -> None:
-    (job,) = plan_jobs(parse_spec(BASE, base=models_dir))
+def test_a_sweep_without_the_axis_keeps_its_job_and_build_keys(models_dir: Path, tmp_path: Path) -> None:
+    spec = parse_spec(BASE, base=models_dir)
+    (job,) = plan_jobs(spec)
     assert job.model.sha256 == PINNED_MODEL  # the model itself is what it was when the keys were pinned
     assert (job.toolchain, job.key, job.build_key("0.27.0.post1")) == (None, PINNED_JOB_KEY, PINNED_BUILD_KEY)
+    assert spec.sweep_id == PINNED_SWEEP_ID and spec.toolchains == ()
     assert "toolchain" not in job.build_config()
+    plan = invoke(
+        "sweep",
+        "plan",
+        str(write_sweep(models_dir, BASE, "no-axis.toml")),
+        "--json",
+        "--db",
+        f"sqlite:///{tmp_path / 'p.db'}",
+    )
+    assert plan.exit_code == 0, plan.output
+    shown = json.loads(plan.stdout)
+    assert "toolchains" not in shown and "toolchain" not in shown["jobs"][0]  # the plan reads as it did
+    assert shown["jobs"][0]["job_key"] == PINNED_JOB_KEY
     axis = plan_jobs(parse_spec(f"{BASE}tvm = ['0.27.0.post1', '{RELEASE}']\n", base=models_dir))
     assert [j.toolchain for j in axis] == ["0.27.0.post1", RELEASE]
     assert len({j.key for j in axis} | {PINNED_JOB_KEY}) == 3  # a job of a release is a job of its own
