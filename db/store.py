@@ -178,14 +178,19 @@ class ResultStore:
         jobs: list[records.Job],
         model_sizes: dict[str, int],
         tvm_version: str,
+        releases: dict[str, str] | None = None,
     ) -> bool:
         """Record a sweep and its jobs as pending; True if the sweep is new, False if it existed.
+
+        ``releases``: toolchain text -> TVM version for the jobs of a tvm axis (their build keys).
 
         This process becomes the sweep's driver: its host, pid and a first heartbeat go on the row.
         """
         given = {"name": name, "label": label, "source": source, "source_path": source_path, "jobs": jobs}
         return self._write(
-            lambda s: writes.begin_sweep(s, sweep_id, **given, model_sizes=model_sizes, tvm_version=tvm_version)
+            lambda s: writes.begin_sweep(
+                s, sweep_id, **given, model_sizes=model_sizes, tvm_version=tvm_version, releases=releases
+            )
         )
 
     def heartbeat(self, sweep_id: str) -> None:

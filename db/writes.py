@@ -34,8 +34,12 @@ def begin_sweep(
     jobs: list[records.Job],
     model_sizes: dict[str, int],
     tvm_version: str,
+    releases: dict[str, str] | None = None,
 ) -> bool:
-    """Record a sweep and its jobs as pending, this process as its driver; True if the sweep is new."""
+    """Record a sweep and its jobs as pending, this process as its driver; True if the sweep is new.
+
+    ``releases``: the TVM version of each toolchain of the tvm axis (a job's build key is its release's).
+    """
     driver = {"driver_host": socket.gethostname(), "driver_pid": os.getpid(), "heartbeat_at": now()}
     # Sorted, so that two sweeps sharing models insert them in the same order (no deadlock).
     for model in sorted({j.model.sha256: j.model for j in jobs}.values(), key=lambda x: x.sha256):
@@ -59,7 +63,8 @@ def begin_sweep(
     # Jobs are inserted even when the sweep existed: a row lost to a crash between the two
     # inserts is recreated, and rows already there are left alone.
     for job in jobs:
-        insert_ignore(s, m.Job, job_values(sweep_id, job, tvm_version), ["sweep_id", "job_key"])
+        version = (releases or {}).get(job.toolchain, tvm_version) if job.toolchain else tvm_version
+        insert_ignore(s, m.Job, job_values(sweep_id, job, version), ["sweep_id", "job_key"])
     return new
 
 

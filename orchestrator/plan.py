@@ -6,15 +6,18 @@ import itertools
 from typing import Any
 
 from db.store import ResultStore
+from orchestrator import toolchains
 from orchestrator.spec import SweepSpec
+from orchestrator.toolchains import Need
 from tvmbench.core.records import Job
 from workers.build_common import tvm_versions
 from workers.executors import registry
+from workers.toolchains.boards import release_key
 
 
 def plan_jobs(spec: SweepSpec) -> list[Job]:
     """Expand the sweep matrix: model x target x executor x opt_level x pipeline (x kernels where taken)
-    (x tuning budget for tunable jobs).
+    (x tuning budget for tunable jobs) (x toolchain with a tvm axis).
 
     A target pairs only with the executors that accept it (microcontrollers with aot-c, the others with
     the VM executors and the baseline); the kernels axis multiplies only executors that take it. The
@@ -29,38 +32,47 @@ def plan_jobs(spec: SweepSpec) -> list[Job]:
         budgets = spec.tunings if registry.tunable(e, t.tvm_target) else (0,)
         for k in [k for k in spec.kernels if k in entry.kernel_paths] or [None]:
             for budget in budgets:
-                jobs.append(
-                    Job(
-                        model=m,
-                        target=t,
-                        executor=e,
-                        opt_level=o,
-                        pipeline=p,
-                        measure=spec.measure,
-                        kernels=k,
-                        tuning=budget,
-                        tuning_settings=spec.tuning,
+                # A job per release, adjacent: the releases of one configuration build one after another.
+                for toolchain in spec.toolchains or (None,):
+                    jobs.append(
+                        Job(
+                            model=m,
+                            target=t,
+                            executor=e,
+                            opt_level=o,
+                            pipeline=p,
+                            measure=spec.measure,
+                            kernels=k,
+                            tuning=budget,
+                            tuning_settings=spec.tuning,
+                            toolchain=toolchain,
+                        )
                     )
-                )
     return jobs
 
 
-def plan_rows(spec: SweepSpec, store: ResultStore) -> list[dict[str, Any]]:
+def plan_rows(spec: SweepSpec, store: ResultStore, needs: list[Need] | None = None) -> list[dict[str, Any]]:
     """`sweep plan`: one row per job with whether its artifact is built and its stored status ("new" if none).
 
     Two queries whatever the size of the sweep (job statuses, then the built keys), not one per job.
+    ``needs``: the toolchains of the tvm axis (orchestrator/toolchains.needs), asked here when not given
+    (ToolchainError for an unknown release, a missing wheel, an interpreter without TVM).
     """
     jobs = plan_jobs(spec)
     version = tvm_versions()[0]
+    versions = {n.text: n.tvm_version for n in (needs if needs is not None else toolchains.needs(spec.toolchains))}
     statuses = store.job_statuses(spec.sweep_id)
-    keys = [job.build_key(version) for job in jobs]
+    keys = [job.build_key(versions[job.toolchain] if job.toolchain else version) for job in jobs]
     built = store.built_keys(set(keys))
     return [
         {
             "job_key": job.key,
             "model": job.model.name,
             "target": job.target.name,
-            "board_key": job.target.board_key,
+            # A job of another release is measured on boards of its release: the key it asks the tracker for.
+            "board_key": release_key(job.target.board_key, versions[job.toolchain])
+            if job.toolchain
+            else job.target.board_key,
             "executor": job.executor,
             "kernels_path": job.kernels,  # executors with a kernels axis only
             "opt_level": job.opt_level,
@@ -68,6 +80,8 @@ def plan_rows(spec: SweepSpec, store: ResultStore) -> list[dict[str, Any]]:
             "built": key in built,
             "status": statuses.get(job.key, "new"),
             "tuning": job.tuning,
+            # Only with a tvm axis (the plan of other sweeps reads as it did).
+            **({"toolchain": job.toolchain, "tvm_version": versions[job.toolchain]} if job.toolchain else {}),
         }
         for job, key in zip(jobs, keys, strict=True)
     ]

@@ -23,8 +23,12 @@ GoldenKey = tuple[str, str]  # (target name, golden executor)
 class Goldens:
     """Golden models by (target name, executor), and the golden builds in flight."""
 
-    def __init__(self, enabled: bool, cache: ArtifactCache, tvm_version: str) -> None:
-        self.enabled, self.cache, self.tvm_version = enabled, cache, tvm_version
+    def __init__(
+        self, enabled: bool, cache: ArtifactCache, tvm_version: str, native: Callable[[Job], bool] = lambda _j: True
+    ) -> None:
+        # ``native``: whether the job's boards run this TVM. The golden model is built by it, so boards of
+        # another release (the tvm axis) could not load it: they get no health check rather than a false one.
+        self.enabled, self.cache, self.tvm_version, self.native = enabled, cache, tvm_version, native
         self._models: dict[GoldenKey, GoldenModel | None] = {}
         self._jobs: dict[tuple[str, str], tuple[GoldenKey, Job] | None] = {}
         self.building: set[GoldenKey] = set()
@@ -32,7 +36,7 @@ class Goldens:
 
     def golden_job(self, job: Job) -> tuple[GoldenKey, Job] | None:
         """(key, golden job) of the job's boards, or None when they get no health check."""
-        if not self.enabled:
+        if not self.enabled or not self.native(job):
             return None
         key = (job.target.name, job.executor)
         if key not in self._jobs:

@@ -24,6 +24,9 @@ class JobState:
     followers: list[JobState] = field(default_factory=list)
     run: Run | None = None  # the final run, once it has one
     status: str = "pending"
+    # The tracker key of the boards that run its artifact when not the target's: those of its TVM release
+    # (workers/toolchains/boards.release_key) for a job of the tvm axis built by another release.
+    route: str | None = None
 
     @property
     def key(self) -> str:
@@ -31,7 +34,7 @@ class JobState:
 
     @property
     def board_key(self) -> str:
-        return self.job.target.board_key
+        return self.route or self.job.target.board_key
 
     def next_attempt(self) -> int:
         self.attempt += 1

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from db.store import ResultStore
 from orchestrator import farm
+from orchestrator import toolchains as toolchain_axis
 from orchestrator.interrupts import keep_handlers
 from orchestrator.plan import plan_jobs
 from orchestrator.scheduling.events import Listener, Listeners, Progress, ProgressFn, StoreWriter, SweepOutcome
@@ -19,6 +20,7 @@ from workers.artifacts import ArtifactCache
 from workers.build_common import tvm_versions
 from workers.executors import registry
 from workers.executors.base import Executor
+from workers.toolchains.toolchain import Toolchain
 
 
 def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
@@ -73,6 +75,7 @@ def run_sweep(
     pool: TaskPool | None = None,
     boards: Boards | None = None,
     listeners: tuple[Listener, ...] = (),
+    toolchains: Mapping[str, Toolchain] | None = None,
 ) -> SweepOutcome:
     """Run (or resume) a sweep against the farm at ``tracker``; Ray must be initialised unless ``pool`` is given.
 
@@ -85,10 +88,15 @@ def run_sweep(
     ``executors`` replaces the registry's Builders and Runners by executor name (tests, benchmarks);
     ``pool`` where tasks run (default: Ray, scheduling/ray_pool.py); ``boards`` what the farm has (default:
     what the tracker lists); ``listeners`` are told every event after the store and the progress counts.
+    ``toolchains``: the tvm axis' toolchains (orchestrator/toolchains.ensure); looked up here when not
+    given, before anything is recorded (ToolchainError, one line, when one is missing or unknown).
     """
     jobs = plan_jobs(spec)
     tvm_version = tvm_versions()[0]
-    todo, outcome = _begin(spec, store, jobs, tvm_version, reopen_cancelled)
+    if spec.toolchains and toolchains is None:
+        toolchains = toolchain_axis.ensure(spec.toolchains, provision_missing=False)
+    releases = {text: t.tvm_version for text, t in (toolchains or {}).items()}
+    todo, outcome = _begin(spec, store, jobs, tvm_version, reopen_cancelled, releases)
     if not todo:  # nothing left: no pool, no Ray
         Progress(outcome, progress).on_start(0, 0, 0)
         store.finish_sweep(spec.sweep_id, "complete" if outcome.complete else "incomplete")
@@ -109,6 +117,7 @@ def run_sweep(
         executors or registry.REGISTRY,
         tvm_version,
         health_checks,
+        toolchains,
     )
     try:
         sweep.run(todo)
@@ -121,7 +130,12 @@ def run_sweep(
 
 
 def _begin(
-    spec: SweepSpec, store: ResultStore, jobs: list[Job], tvm_version: str, reopen_cancelled: bool
+    spec: SweepSpec,
+    store: ResultStore,
+    jobs: list[Job],
+    tvm_version: str,
+    reopen_cancelled: bool,
+    releases: dict[str, str] | None = None,
 ) -> tuple[list[Job], SweepOutcome]:
     """Record the sweep and its jobs (this process becomes its driver); the jobs left to run, and the outcome so far."""
     new = store.begin_sweep(
@@ -133,6 +147,7 @@ def _begin(
         jobs=jobs,
         tvm_version=tvm_version,
         model_sizes={sha: p.stat().st_size for sha, p in spec.model_paths.items()},
+        releases=releases,
     )
     if reopen_cancelled:  # `sweep resume` after `sweep cancel`: the cancelled jobs run again
         store.reopen_cancelled(spec.sweep_id)
@@ -168,15 +183,21 @@ def execute_sweep(
     progress: ProgressFn | None = None,
     note: farm.Note = lambda _msg: None,
     reopen_cancelled: bool = False,
+    provision: bool = True,
 ) -> SweepOutcome:
-    """`sweep run` / `sweep resume`: the farm (given, configured or ephemeral), Ray, then ``run_sweep``.
+    """`sweep run` / `sweep resume`: the toolchains, the farm (given, configured or ephemeral), Ray, then ``run_sweep``.
 
-    A sweep with nothing left to do is finished without either. FarmError when the farm cannot be
-    started or ``farm_resource`` is offered by no Ray node.
+    A sweep with nothing left to do is finished without any. The tvm axis' missing toolchains are
+    provisioned first, their progress to ``note`` (with ``provision`` False: ToolchainError naming the
+    first missing one). FarmError when the farm cannot be started or ``farm_resource`` is offered by no Ray node.
     """
     cache = ArtifactCache(home / "artifacts")
     if nothing_left(spec, store, reopen_cancelled):
-        return run_sweep(spec, store, tracker or "", cache, progress=progress, reopen_cancelled=reopen_cancelled)
+        return run_sweep(  # no toolchain asked for: nothing is built
+            spec, store, tracker or "", cache, progress=progress, reopen_cancelled=reopen_cancelled, toolchains={}
+        )
+    # Before the farm and Ray: a missing or unknown toolchain is its one line with nothing started or recorded.
+    found = toolchain_axis.ensure(spec.toolchains, provision_missing=provision, progress=note)
     with farm.farm_for_run(home, tracker, boards, {t.board_key for t in spec.targets}, note) as address:
         ensure_ray(ray_address)
         if farm_resource:
@@ -192,4 +213,5 @@ def execute_sweep(
             progress=progress,
             farm_resource=farm_resource,
             reopen_cancelled=reopen_cancelled,
+            toolchains=found,
         )

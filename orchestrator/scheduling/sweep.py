@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy.exc import OperationalError
 
 from db.store import ResultStore
+from orchestrator import toolchains
 from orchestrator.scheduling.builds import BuildQueue
 from orchestrator.scheduling.events import Listener
 from orchestrator.scheduling.goldens import GoldenKey, Goldens
@@ -34,6 +35,7 @@ from tvmbench.core.records import PENDING_STATUSES, Build, Job, Run
 from workers.artifacts import ArtifactCache
 from workers.executors.base import Executor
 from workers.executors.requests import MeasureRequest
+from workers.toolchains.toolchain import Toolchain
 
 CANCEL_POLL_S = 0.5  # how often a running sweep looks at its cancel flag
 TUNING_POLL_S = 1.0  # how often the trials of tuned builds are read for the progress bar
@@ -89,14 +91,17 @@ class SweepRun:
         executors: Mapping[str, Executor],
         tvm_version: str,
         health_checks: bool = True,
+        toolchains: Mapping[str, Toolchain] | None = None,
     ) -> None:
         self.spec, self.store, self.tracker, self.cache = spec, store, tracker, cache
         self.pool, self.listener, self.executors, self.tvm_version = pool, listener, executors, tvm_version
+        # The tvm axis: each job's toolchain text -> its toolchain (orchestrator/toolchains.ensure).
+        self.toolchains: Mapping[str, Toolchain] = toolchains or {}
         self.sweep_id = spec.sweep_id
         self.model_data = {sha: path.read_bytes() for sha, path in spec.model_paths.items()}
         self.model_refs: dict[str, Any] = {}
         self.references = References(self.model_data, dict(spec.input_files))
-        self.goldens = Goldens(health_checks, cache, tvm_version)
+        self.goldens = Goldens(health_checks, cache, tvm_version, self._native)
         self.quarantine = Quarantine(store)
         self.measures = MeasureQueue(boards, spec.targets, self.quarantine)
         self.equivalence = Equivalence()
@@ -113,8 +118,12 @@ class SweepRun:
         by_build: dict[str, list[JobState]] = defaultdict(list)
         attempts = self.store.last_attempts(self.sweep_id)  # job key -> highest attempt stored
         for job in self._referenced(jobs):
-            key = job.build_key(self.tvm_version)
-            by_build[key].append(JobState(job, key, attempt=attempts.get(job.key, 0)))
+            # A job of the tvm axis is built by its release: its build key carries that version, not ours.
+            key = job.build_key(toolchains.version_of(job, self.toolchains, self.tvm_version))
+            route = toolchains.board_key(job, self.toolchains)
+            state = JobState(job, key, attempt=attempts.get(job.key, 0))
+            state.route = route if route != job.target.board_key else None
+            by_build[key].append(state)
         self.by_build = by_build
         self.queue = BuildQueue(by_build, self.store, self.cache, self.pool.put)
         self.listener.on_start(len(self.queue.cached), len(self.queue.to_build), len(jobs))
@@ -214,13 +223,17 @@ class SweepRun:
             reuse=build_key not in self.queue.no_reuse,
             fence_host=self.pool.fence_host,
             tuning_env=self._tuning_env(job),
+            toolchain=toolchains.foreign(job, self.toolchains),
         )
 
     def _measure_item(self, state: JobState, attempt: int) -> MeasureItem:
         job = state.job
         inputs, reference = self.references.refs(job, self.pool.put)
         request = MeasureRequest(
-            job,
+            # A job of another release asks for boards of its release: the session is requested for the
+            # request's target's board key, so the request carries that key (the Run is the job's again
+            # in _runs_done).
+            job if state.route is None else replace(job, target=replace(job.target, board_key=state.route)),
             self.queue.builds[state.build_key],
             self.queue.artifacts[state.build_key],
             inputs,
@@ -293,7 +306,7 @@ class SweepRun:
                 error = f"measurement task failed: {one_line(results)}"
                 run = Run(job_key=state.key, attempt=attempt, status="infra", error=error)
             else:
-                run = results[i].run
+                run = self._routed_back(state, results[i].run)
                 self.measure_speed.note(self._entry(state.job).runner, results[i].seconds)
             self.measures.note(state, run)
             if self.measures.retries(run, attempt):
@@ -305,6 +318,27 @@ class SweepRun:
             for follower in state.followers:
                 self._equivalent(state, run, follower)
             state.followers.clear()
+
+    def _routed_back(self, state: JobState, run: Run) -> Run:
+        """The Run of a job measured on boards of its release: its own job key, and a pending-device line
+        that names the release whose boards are missing."""
+        if state.route is None:
+            return run
+        error = run.error
+        if run.status == "pending-device":
+            # Said anew: the board session's advice (`farm add --key ...`) would start a board of the
+            # installed release under this key, which could not load the artifact.
+            release = self.toolchains[state.job.toolchain or ""].tvm_version
+            error = (
+                f"no board running TVM {release} is registered under key {state.route!r} with tracker "
+                f"{self.tracker} (the artifact loads only in TVM {release}); the build is kept: connect a board "
+                "of that release under that key and run `tvmbench sweep resume`"
+            )
+        return replace(run, job_key=state.key, error=error)
+
+    def _native(self, job: Job) -> bool:
+        """Whether the job's boards run this interpreter's TVM (the golden model is built by it)."""
+        return toolchains.board_key(job, self.toolchains) == job.target.board_key
 
     def _equivalent(self, leader: JobState, run: Run, state: JobState) -> None:
         """Give ``state`` the outcome of ``leader``, which ran the identical program."""

@@ -16,6 +16,7 @@ from tvmbench.core.records import Build, Job, Run
 from workers.executors.base import Builder, Runner
 from workers.executors.requests import BuildRequest, MeasureRequest
 from workers.program_index import ClaimFn, remote_claim
+from workers.toolchains.toolchain import Toolchain
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,9 @@ class BuildItem:
 
     ``reuse``: the build may skip codegen when another build compiles the same program. ``fence_host``:
     the host fence a build on the driver's machine holds (workers/fence.py). ``tuning_env``: what a
-    tuned build needs from the driver (workers/tuning/stage.TuningEnv), None when untuned.
+    tuned build needs from the driver (workers/tuning/stage.TuningEnv), None when untuned. ``toolchain``:
+    the toolchain of another TVM release that builds it in a child process (workers/toolchains/build.py),
+    None to build in this interpreter.
     """
 
     builder: Builder
@@ -33,6 +36,7 @@ class BuildItem:
     reuse: bool = True
     fence_host: str | None = None
     tuning_env: Any = None
+    toolchain: Toolchain | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,14 @@ def build_one(item: BuildItem, claim: ClaimFn | None, hold: Any, resolve: Any = 
     """``builder.build`` of one item; a tuned job's Builder gets the fence ``hold`` to let go of while it tunes."""
     model_data = resolve(item.model_data) if resolve else item.model_data
     started = time.monotonic()
+    if item.toolchain is not None:
+        # A child process under the toolchain's interpreter: two TVM releases cannot share this worker,
+        # and a release whose libraries fail takes the child down, not the worker (DESIGN.md, toolchains).
+        # No program reuse across it: its fingerprints are its release's, claimed by none of this one's.
+        from workers.toolchains.build import build_in_toolchain
+
+        build, data = build_in_toolchain(item.toolchain, item.job, model_data)
+        return BuildResult(build, data, time.monotonic() - started)
     request = BuildRequest(item.job, model_data, claim=claim, hold=hold, tuning_env=item.tuning_env)
     build, data = item.builder.build(request)
     return BuildResult(build, data, time.monotonic() - started)

@@ -16,6 +16,8 @@ A sweep file looks like::
     opt_level = [0, 2]
     pipeline = ["per-target"]
 
+    tvm = ["0.27.0.post1", "0.26.0"]   # optional: TVM releases, wheel paths or { python = PATH }
+
     [measure]
     number = 10
     repeat = 3
@@ -40,10 +42,14 @@ from orchestrator.spec.measure import parse_measure
 from orchestrator.spec.models import parse_model
 from orchestrator.spec.targets import check_mcu_pairing, check_tunable, parse_target
 from orchestrator.spec.tuning import MAX_TUNING_BUDGET, parse_tuning
+from orchestrator.toolchains import canonical, shown
 from tvmbench.core.errors import describe_missing
 from tvmbench.core.records import PIPELINES, MeasureSettings, ModelRef, TargetSpec, TuningSettings, canonical_hash
 from workers.executors import registry
 from workers.executors.registry import KERNEL_PATHS
+from workers.toolchains.boards import installed_version
+from workers.toolchains.spec import parse as parse_toolchain
+from workers.toolchains.toolchain import ToolchainError
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,8 @@ class SweepSpec:
     tuning: TuningSettings = field(default_factory=TuningSettings)
     input_files: dict[str, Path] = field(default_factory=dict)  # sha256 -> .npz of a model's inputs
     default_target: bool = False  # the file has no [[targets]]: the "host" preset was used
+    # The tvm axis: each entry's toolchain text (orchestrator/toolchains.canonical); () without the axis.
+    toolchains: tuple[str, ...] = ()
 
     @property
     def sweep_id(self) -> str:
@@ -82,6 +90,8 @@ class SweepSpec:
                 **({"kernels": self.kernels} if any(registry.get(e).kernel_paths for e in self.executors) else {}),
                 # Likewise only tuned sweeps carry the tuning axis and settings.
                 **({"tunings": self.tunings, "tuning": self.tuning.__dict__} if any(self.tunings) else {}),
+                # And only sweeps with a tvm axis carry it.
+                **({"toolchains": self.toolchains} if self.toolchains else {}),
             }
         )[:12]
 
@@ -93,6 +103,7 @@ _AXES_DEFAULTS: dict[str, list[Any]] = {
     "pipeline": ["per-target"],
     "kernels": ["c"],
     "tuning": [0],
+    "tvm": [],  # no axis: the TVM tvmbench runs on
 }
 
 
@@ -172,11 +183,13 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
         lambda v: isinstance(v, int) and 0 <= v <= MAX_TUNING_BUDGET,
         f"trial budgets: integers from 0 (untuned) to {MAX_TUNING_BUDGET}",
     )
+    toolchains = parse_toolchains(axes.get("tvm"), base)
     if "tuning" in data and not any(tunings):
         raise SpecError("[tuning]: the sweep tunes nothing; add tuning = [0, 64] (trial budgets) to [axes]")
     tuning = parse_tuning(data)
     if any(tunings):
         check_tunable(targets, executors)
+        check_tuned_toolchains(toolchains)
     check_mcu_pairing(targets, executors)
 
     return SweepSpec(
@@ -196,7 +209,40 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
         source_path=source_path,
         input_files=input_files,
         default_target=default_target,
+        toolchains=toolchains,
     )
+
+
+def parse_toolchains(value: Any, base: Path) -> tuple[str, ...]:
+    """The tvm axis: each entry parsed (workers.toolchains.spec) into a job's toolchain text; () when absent.
+
+    Only the form is checked here; whether a release is on the index, a wheel exists, an interpreter
+    imports TVM is for `sweep plan` and `sweep run` to say (orchestrator/toolchains.need).
+    """
+    if value is None:
+        return ()
+    entries = value if isinstance(value, list) else [value]
+    if not entries:
+        raise SpecError(
+            'axes.tvm is empty: list at least one of a release ("0.26.0"), a wheel\'s path or { python = PATH }'
+        )
+    texts = []
+    for entry in entries:
+        try:
+            texts.append(canonical(parse_toolchain(entry), base))
+        except ToolchainError as exc:
+            raise SpecError(f"axes.tvm: {exc}") from None
+    return tuple(dict.fromkeys(texts))  # drop duplicates, keep the order the user wrote
+
+
+def check_tuned_toolchains(toolchains: tuple[str, ...]) -> None:
+    """Tuned builds run in the installed toolchain only (the child of workers/toolchains builds untuned)."""
+    other = next((t for t in toolchains if t != installed_version()), None)
+    if other is not None:
+        raise SpecError(
+            f"axes.tvm: tuning in toolchain {shown(other)} is not supported yet (tuned builds run in the installed "
+            f"TVM {installed_version()} only): drop the tuning axis or that release"
+        )
 
 
 def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:

@@ -164,6 +164,7 @@ _LIBRARY_FAILURES = (
     ("tvmbench.answers.query", "NoSuchJob", 2),
     ("orchestrator.spec", "SpecError", 2),
     ("orchestrator.submit", "NotFound", 2),
+    ("workers.toolchains.toolchain", "ToolchainError", 2),  # a toolchain of the tvm axis: unknown, missing, bad
     ("orchestrator.farm", "FarmError", 1),
     ("orchestrator.submit", "SubmitError", 1),
 )

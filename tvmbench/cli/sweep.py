@@ -49,6 +49,12 @@ FarmResourceOpt = Annotated[
         help="Ray custom resource of the node(s) that reach the farm: measurements run only there.",
     ),
 ]
+NoProvisionOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-provision", help="Refuse, instead of provisioning, when a toolchain of the tvm axis is not added here."
+    ),
+]
 BoardsOpt = Annotated[int, typer.Option(help="Host boards of an ephemeral local farm.", min=0, max=MAX_BOARDS)]
 ClusterOpt = Annotated[
     str,
@@ -76,18 +82,49 @@ def sweep_plan(
     tables(wide, only, tsv)
     spec = load(path, label)
     store = open_store(db, read_only=True)  # no database yet: nothing is cached, none is created
-    rows = plan.plan_rows(spec, store)
+    needs = call(_toolchain_needs, spec)
+    rows = plan.plan_rows(spec, store, needs)
     default = _default_target_note(spec)
     jobs = {job.key: job for job in plan.plan_jobs(spec)}
     for row in rows:
         if row.get("tuning") and not row["built"]:
             row["tuning_plan"] = _tuning_plan(store, spec, jobs[row["job_key"]])
     if as_json:
-        print_json({"sweep_id": spec.sweep_id, "jobs": rows, **({"note": default} if default else {})})
+        extra = {"toolchains": [n.row() for n in needs]} if spec.toolchains else {}
+        print_json({"sweep_id": spec.sweep_id, "jobs": rows, **extra, **({"note": default} if default else {})})
         return
     report.plan_table(console, spec.sweep_id, rows)
+    for line in _toolchain_lines(needs, rows):
+        console.print(line, highlight=False)
     if default:
         console.print(default, highlight=False)
+
+
+def _toolchain_needs(spec: SweepSpec) -> list:
+    """The tvm axis' toolchains (orchestrator/toolchains.need): ToolchainError, one line, for a bad one."""
+    from orchestrator import toolchains
+
+    return toolchains.needs(spec.toolchains)
+
+
+def _toolchain_lines(needs: list, rows: list[dict]) -> list[str]:
+    """`sweep plan`'s lines on the toolchains of the tvm axis: which are added, which `sweep run` provisions,
+    and each one's jobs and programs to build."""
+    from orchestrator.toolchains import add_command, shown
+
+    lines = []
+    for n in needs:
+        mine = [r for r in rows if r.get("toolchain") == n.text]
+        counts = f"{len(mine)} job(s), {sum(not r['built'] for r in mine)} to build"
+        if n.toolchain is None:
+            lines.append(
+                f"toolchain {shown(n.text)} (TVM {n.tvm_version}): {counts}; missing: `sweep run` provisions it "
+                f"(or `{add_command(n.text)}`)"
+            )
+        else:
+            where = "installed" if n.toolchain.kind == "installed" else n.toolchain.python
+            lines.append(f"toolchain {shown(n.text)} (TVM {n.tvm_version}): {counts}; added ({where})")
+    return lines
 
 
 def _default_target_note(spec: SweepSpec) -> str | None:
@@ -127,6 +164,7 @@ def _execute(
     as_json: bool,
     farm_resource: str | None = None,
     reopen_cancelled: bool = False,
+    provision: bool = True,
 ) -> None:
     from orchestrator import interrupts, scheduler
     from tvmbench.answers import query
@@ -159,6 +197,7 @@ def _execute(
                 progress=on_progress,
                 note=note,
                 reopen_cancelled=reopen_cancelled,
+                provision=provision,
             )
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (orchestrator/interrupts.py): the same cleanup ran
         fail(
@@ -193,9 +232,11 @@ def sweep_run(
     only: ColumnsOpt = None,
     tsv: TsvOpt = False,
     farm_resource: FarmResourceOpt = None,
+    no_provision: NoProvisionOpt = False,
 ) -> None:
     """Run a sweep here: build on Ray, measure on the farm, store every outcome. Re-running finishes what is missing.
 
+    The toolchains of a tvm axis that are not added here are provisioned first (minutes each, the first time).
     Exit status: 0 all ok, 1 some jobs failed, 2 invalid sweep file, 3 jobs still wait for a device.
     """
     tables(wide, only, tsv)
@@ -203,7 +244,7 @@ def sweep_run(
     default = _default_target_note(spec)
     if default:
         note(default)
-    _execute(spec, db, tracker, ray_address, boards, as_json, farm_resource)
+    _execute(spec, db, tracker, ray_address, boards, as_json, farm_resource, provision=not no_provision)
 
 
 @app.command("resume")
@@ -217,6 +258,7 @@ def sweep_resume(
     wide: WideOpt = False,
     only: ColumnsOpt = None,
     tsv: TsvOpt = False,
+    no_provision: NoProvisionOpt = False,
 ) -> None:
     """Finish a stored sweep: jobs without a final row run, and so do jobs `sweep cancel` ended."""
     from orchestrator.resume import resume_spec
@@ -229,7 +271,7 @@ def sweep_resume(
     spec, notes = call(resume_spec, store, sweep)
     for line in notes:
         note(line)
-    _execute(spec, db, tracker, ray_address, boards, as_json, reopen_cancelled=True)
+    _execute(spec, db, tracker, ray_address, boards, as_json, reopen_cancelled=True, provision=not no_provision)
 
 
 # --- sweeps on a Ray cluster (orchestrator/submit.py) ---------------------------------------------

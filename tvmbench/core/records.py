@@ -222,6 +222,10 @@ class Job:
     kernels: str | None = None
     tuning: int = 0  # MetaSchedule trial budget; 0 = untuned (the axis "tuning")
     tuning_settings: TuningSettings = field(default_factory=TuningSettings)
+    # The TVM toolchain of the releases axis (``[axes] tvm``), as orchestrator/toolchains.py writes it: a
+    # release ("0.26.0"), a wheel's absolute path, or "python:" and an interpreter's path. None: no axis,
+    # the TVM tvmbench runs on (and the keys every sweep had before the axis).
+    toolchain: str | None = None
 
     def build_config(self) -> dict[str, Any]:
         """What determines the compiled program (not how it is measured)."""
@@ -238,6 +242,8 @@ class Job:
             config["kernels"] = self.kernels
         if self.tuning:  # untuned jobs keep the keys they always had
             config["tuning"] = build_config_tuning(self)
+        if self.toolchain is not None:  # likewise jobs of sweeps without a tvm axis
+            config["toolchain"] = self.toolchain
         return config
 
     def _config_members(self) -> dict[str, str]:
@@ -257,6 +263,8 @@ class Job:
                 members["kernels"] = _leaf(self.kernels)
             if self.tuning:  # must equal build_config()'s "tuning" (tests/test_tuning_spec.py checks it)
                 members["tuning"] = canonical_json(build_config_tuning(self))
+            if self.toolchain is not None:
+                members["toolchain"] = _leaf(self.toolchain)
             return members
 
         return _once(self, "_members", make)
