@@ -146,3 +146,15 @@ def board_key(job: Job, toolchains: Mapping[str, Toolchain]) -> str:
     if job.toolchain is None:
         return job.target.board_key
     return release_key(job.target.board_key, toolchains[job.toolchain].tvm_version)
+
+
+def board_runtimes(toolchains: Mapping[str, Toolchain]) -> list[Toolchain] | None:
+    """One toolchain per release the axis needs, for an ephemeral farm to start boards of each (None:
+    no axis, the installed release's boards only). The installed release's boards keep the plain key."""
+    if not toolchains:
+        return None
+    by_version: dict[str, Toolchain] = {}
+    for toolchain in toolchains.values():
+        version = toolchain.tvm_version
+        by_version.setdefault(version, installed() if version == installed_version() else toolchain)
+    return list(by_version.values())

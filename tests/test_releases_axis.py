@@ -307,7 +307,8 @@ def test_a_job_of_another_release_waits_for_a_board_of_its_release(swept: Swept)
     assert swept.first_statuses[old] == "pending-device"  # never sent to the installed release's board
     error = swept.first_errors[old] or ""
     assert error.startswith(f"no board running TVM {RELEASE} is registered under key 'host-tvm{RELEASE}'"), error
-    assert "farm add" not in error  # a board of the installed release under that key could not load it
+    # The advice starts a board of that release, never one of the installed release under its key.
+    assert f"`tvmbench farm add --key host --tvm {RELEASE}`" in error and "farm add --key host-tvm" not in error
     assert swept.first.statuses["pending-device"] == 1 and not swept.first.complete
 
 
@@ -370,3 +371,30 @@ def test_run_provisions_a_missing_toolchain_with_progress_lines(tvm026: Toolchai
     assert any("import check" in line for line in lines), lines
     assert registry.find({"python": str(copy / "bin" / "python")}) == found[text]  # added: the next run finds it
     assert toolchains.ensure((text,), provision_missing=False) == {text: found[text]}
+
+
+def test_sweep_run_on_the_embedded_farm_starts_a_board_of_each_release(
+    tvm026: Toolchain, models_dir: Path, tmp_path: Path, ray_local: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new user's path: no farm configured, `sweep run` starts a host board per release, each job on its own."""
+    home = tmp_path / "home"
+    (home / "toolchains").mkdir(parents=True)
+    (home / "toolchains" / RELEASE).symlink_to(registry.directory(RELEASE))  # added once, in the cache
+    monkeypatch.setenv("TVMBENCH_HOME", str(home))
+    text = sweep_text(f'["{RELEASE}", "{INSTALLED}"]', "[measure]\nnumber = 2\nrepeat = 2\n")
+    path = write_sweep(models_dir, text.replace("opt_level = [3]", "opt_level = [0, 3]"), "embedded.toml")
+    plan = invoke("sweep", "plan", str(path))
+    assert plan.exit_code == 0, plan.output
+    assert "4 program(s) to build" in plan.output  # one per release and opt_level, not one per opt_level
+    header = next(line for line in plan.output.splitlines() if line.startswith("job "))
+    assert " tvm " in header, plan.output
+    run = invoke("sweep", "run", str(path))
+    assert run.exit_code == 0, run.output
+    assert "starting a local tracker" in run.output
+    rows = json.loads(invoke("results", "list", "--json").stdout)
+    boards = {(r["tvm_version"], r["board"].split("@")[0]) for r in rows}
+    assert boards == {(RELEASE, f"host-tvm{RELEASE}"), (INSTALLED, "host")}, rows
+    assert all(r["status"] == "ok" for r in rows), [(r["status"], r["error"]) for r in rows]
+    listed = invoke("results", "list")
+    header = next(line for line in listed.stdout.splitlines() if line.startswith("job "))
+    assert " tvm " in header, listed.stdout  # the table says which release each row is

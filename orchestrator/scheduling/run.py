@@ -198,7 +198,9 @@ def execute_sweep(
         )
     # Before the farm and Ray: a missing or unknown toolchain is its one line with nothing started or recorded.
     found = toolchain_axis.ensure(spec.toolchains, provision_missing=provision, progress=note)
-    with farm.farm_for_run(home, tracker, boards, {t.board_key for t in spec.targets}, note) as address:
+    board_keys = {t.board_key for t in spec.targets}
+    runtimes = toolchain_axis.board_runtimes(found)  # an ephemeral farm starts boards of each release
+    with farm.farm_for_run(home, tracker, boards, board_keys, note, toolchains=runtimes) as address:
         ensure_ray(ray_address)
         if farm_resource:
             try:

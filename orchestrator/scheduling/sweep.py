@@ -331,8 +331,9 @@ class SweepRun:
             release = self.toolchains[state.job.toolchain or ""].tvm_version
             error = (
                 f"no board running TVM {release} is registered under key {state.route!r} with tracker "
-                f"{self.tracker} (the artifact loads only in TVM {release}); the build is kept: connect a board "
-                "of that release under that key and run `tvmbench sweep resume`"
+                f"{self.tracker} (the artifact loads only in TVM {release}); the build is kept: connect one "
+                f"(`tvmbench farm add --key {state.job.target.board_key} --tvm {release}` on a `farm up` farm) "
+                "and run `tvmbench sweep resume`"
             )
         return replace(run, job_key=state.key, error=error)
 

@@ -76,12 +76,20 @@ RESULTS = [
 ]
 
 
+def results(rows: list[dict[str, Any]]) -> list[Column]:
+    """RESULTS, with the TVM release after the pipeline when the rows span more than one (a tvm axis)."""
+    if len({r.get("tvm_version") for r in rows}) < 2:
+        return RESULTS
+    at = next(i for i, c in enumerate(RESULTS) if c.key == "pipeline") + 1
+    return [*RESULTS[:at], Column("tvm", "tvm", "tvm_version", priority=0), *RESULTS[at:]]
+
+
 def _tuning_cell(r: dict[str, Any]) -> str:
     return f"{r['tuning']} trials" if r.get("tuning") else "untuned"
 
 
-def plan(tuned: bool) -> list[Column]:
-    """`sweep plan`: one row per planned job (orchestrator.plan.plan_rows)."""
+def plan(tuned: bool, releases: bool = False) -> list[Column]:
+    """`sweep plan`: one row per planned job (orchestrator.plan.plan_rows); ``releases``: the sweep has a tvm axis."""
     return [
         Column("job", "job", "job_key", priority=0, ident=True),
         Column("model", "model", "model", priority=0, wrap=True),
@@ -91,6 +99,7 @@ def plan(tuned: bool) -> list[Column]:
         Column("opt", "opt", "opt_level", priority=0, right=True),
         Column("pipeline", "pipeline", "pipeline", priority=1),
         *([Column("tuning", "tuning", "tuning", priority=1, text=_tuning_cell)] if tuned else []),
+        *([Column("tvm", "tvm", "tvm_version", priority=0)] if releases else []),
         Column("artifact", "artifact", "built", priority=1, text=lambda r: "cached" if r["built"] else "to build"),
         Column("status", "status", "status", priority=0, style=status_style("status")),
     ]

@@ -34,7 +34,8 @@ def simple_table(
 
 def plan_table(console: Console, sweep_id: str, rows: list[dict[str, Any]]) -> None:
     tuned = any(r.get("tuning") for r in rows)
-    shown = render(console, columns.plan(tuned), rows, f"sweep {short_id(sweep_id)}: {len(rows)} jobs")
+    releases = any(r.get("toolchain") for r in rows)
+    shown = render(console, columns.plan(tuned, releases), rows, f"sweep {short_id(sweep_id)}: {len(rows)} jobs")
     for r in rows:
         if r.get("tuning_plan"):
             tuning_plan_table(console, r, shown)
@@ -48,6 +49,7 @@ def plan_table(console: Console, sweep_id: str, rows: list[dict[str, Any]]) -> N
                 r["opt_level"],
                 r["pipeline"],
                 r.get("tuning"),
+                r.get("toolchain"),  # one program per release
             )
             for r in rows
             if not r["built"]
@@ -78,7 +80,7 @@ def results_table(console: Console, rows: list[dict[str, Any]], title: str) -> N
     if not rows:
         console.print(f"{title}: no results")
         return
-    shown = render(console, columns.RESULTS, rows, title)
+    shown = render(console, columns.results(rows), rows, title)
     failed = [r for r in rows if r["status"] not in ("ok", "pending", "pending-device") and r["error"]]
     for r in failed[:10]:
         line = Text.assemble((f"{shown.id('job', r['job_key'])} {r['status']}:", "red"), " ", r["error"])
