@@ -238,3 +238,14 @@ def test_dashboard_history_marks_the_release_boundary(tmp_path: Path) -> None:
             assert status == 200 and kind == "image/png" and png
     finally:
         reader.close()
+
+
+def test_filters_matching_nothing_and_tsv_keep_stdout_clean(store: ResultStore) -> None:
+    _three_releases(store)
+    code, out = _cli("results", "releases", "--model", "nope", "--db", store.url)
+    assert code == 0 and out.strip() == "all sweeps: no results match", out
+    result = CliRunner().invoke(app, ["results", "releases", "--tsv", "--db", store.url], catch_exceptions=False)
+    lines = result.stdout.splitlines()
+    assert lines[0].split("\t")[:4] == ["model", "config", "board", "release"], lines[0]
+    assert all(line.count("\t") == lines[0].count("\t") for line in lines), result.stdout  # rows only
+    assert "regression(s)" in result.stderr and "regression(s)" not in result.stdout

@@ -178,6 +178,9 @@ def print_releases(console: Console, result: Releases) -> None:
         last = ident
         shown.append(row)
     table.render(console, cols.RELEASES, shown, "TVM releases per configuration (oldest first)")
+    if table.current.tsv:  # the rows alone on stdout, for a spreadsheet; what they say to stderr
+        Console(stderr=True).print(result.summary(), highlight=False, soft_wrap=True)
+        return
     for r in result.steps():
         what = f"{r['model']} {r['config']} on {r['board_key']}: TVM {r['previous']} -> {r['release']}"
         if r["ratio"] is not None:

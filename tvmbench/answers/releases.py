@@ -200,8 +200,10 @@ class Releases:
             if self.left_out
             else ""
         )
+        if not self.releases:
+            return f"{where}: no results match{left}"
         if len(self.releases) < 2:
-            only = self.releases[0] if self.releases else "none"
+            only = self.releases[0]
             return (
                 f"{where}: one TVM release ({only}) across {self.configurations} configuration(s): nothing to "
                 f"compare (a sweep with `[axes] tvm = [...]` builds each configuration under several){left}"

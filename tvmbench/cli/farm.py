@@ -49,11 +49,17 @@ def _toolchains(releases: list[str]) -> list[Toolchain]:
     a release that has none here."""
     from workers.toolchains import registry
     from workers.toolchains.boards import installed_version
-    from workers.toolchains.toolchain import INSTALLED, installed
+    from workers.toolchains.toolchain import INSTALLED, ToolchainError, installed
 
     found: list[Toolchain] = []
     for release in dict.fromkeys(releases):
-        toolchain = installed() if release in (INSTALLED, installed_version()) else registry.find(release)
+        if not release.strip():
+            fail("--tvm '': give a TVM release such as 0.26.0 (or `installed`)", code=INVALID)
+        try:
+            toolchain = installed() if release in (INSTALLED, installed_version()) else registry.find(release)
+        except ToolchainError as exc:
+            fail(f"--tvm {release}: {exc}", code=INVALID)
+            raise AssertionError("unreachable") from None
         if toolchain is None:
             fail(
                 f"--tvm {release}: no toolchain of TVM {release} here: `tvmbench toolchains add {release}` "
