@@ -9,6 +9,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import onnx
 import pytest
@@ -254,3 +255,26 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'results.db'}"
     return request.getfixturevalue("pg_url")
+
+
+# Toolchains (TVM releases in venvs of their own) for tests, kept between runs: only the first provisions.
+TOOLCHAIN_CACHE = Path(os.environ.get("TVMBENCH_TEST_CACHE", Path.home() / ".cache" / "tvmbench-test"))
+
+
+@pytest.fixture(scope="module")
+def cached_home() -> Iterator[Path]:
+    """TVMBENCH_HOME at the toolchain test cache, for one module (the toolchains there outlive the run)."""
+    TOOLCHAIN_CACHE.mkdir(parents=True, exist_ok=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TVMBENCH_HOME", str(TOOLCHAIN_CACHE))
+        patch.delenv("TVMBENCH_DB", raising=False)
+        patch.delenv("TVMBENCH_TRACKER", raising=False)
+        yield TOOLCHAIN_CACHE
+
+
+def one_error_line(result: Any, exit_code: int = 2) -> str:
+    """The single 'error: ...' line of a failed command, whatever progress notes came before it."""
+    assert result.exit_code == exit_code, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.output
+    return errors[0]

@@ -30,7 +30,7 @@ from orchestrator.farm.processes import _spawn
 from orchestrator.health import build_golden
 from orchestrator.plan import plan_jobs
 from orchestrator.spec import parse_spec
-from tests.conftest import ARM64_CACHE, QEMU_AARCH64
+from tests.conftest import ARM64_CACHE, QEMU_AARCH64, TOOLCHAIN_CACHE
 from tvmbench.cli import app
 from tvmbench.core.records import Build, Job
 from workers.artifacts import ArtifactCache
@@ -46,7 +46,6 @@ from workers.toolchains.toolchain import Toolchain
 from workers.tracker_client import registered_keys, request_session, tracker_summary
 
 RELEASE = "0.26.0"
-CACHE = Path(os.environ.get("TVMBENCH_TEST_CACHE", Path.home() / ".cache" / "tvmbench-test"))
 KEY026 = release_key("host", RELEASE)  # host-tvm0.26.0
 LIAR = release_key("liar", RELEASE)  # an installed-TVM agent registered under a 0.26 key
 runner = CliRunner()
@@ -55,9 +54,9 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def tvm026() -> Iterator[Toolchain]:
     """TVM 0.26.0 from the test cache (provisioned there on the first run); TVMBENCH_HOME at the cache."""
-    CACHE.mkdir(parents=True, exist_ok=True)
+    TOOLCHAIN_CACHE.mkdir(parents=True, exist_ok=True)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TVMBENCH_HOME", str(CACHE))
+        patch.setenv("TVMBENCH_HOME", str(TOOLCHAIN_CACHE))
         provision.add(RELEASE)
         toolchain = registry.find(RELEASE)
         assert toolchain is not None and toolchain.tvm_version == RELEASE
@@ -171,7 +170,7 @@ def test_a_stock_rpc_server_is_taken_at_its_keys_word(farm026: LocalFarm, built0
 @pytest.fixture
 def release_home(home: Path, tvm026: Toolchain) -> Path:
     """A fresh TVMBENCH_HOME whose toolchains are the cached ones (a link: nothing is provisioned)."""
-    (home / "toolchains").symlink_to(CACHE / "toolchains", target_is_directory=True)
+    (home / "toolchains").symlink_to(TOOLCHAIN_CACHE / "toolchains", target_is_directory=True)
     return home
 
 

@@ -9,7 +9,6 @@ again once a board agent run by the 0.26.0 toolchain joins under that release's 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import zipfile
@@ -26,7 +25,7 @@ from orchestrator.plan import plan_jobs
 from orchestrator.scheduler import run_sweep
 from orchestrator.scheduling.events import SweepOutcome
 from orchestrator.spec import SpecError, parse_spec
-from tests.conftest import write_sweep
+from tests.conftest import one_error_line, write_sweep
 from tvmbench.cli import app
 from tvmbench.core.records import Build
 from workers.artifacts import ArtifactCache
@@ -36,7 +35,6 @@ from workers.toolchains.toolchain import Toolchain, ToolchainError
 from workers.tracker_client import registered_keys, tracker_summary
 
 RELEASE = "0.26.0"
-CACHE = Path(os.environ.get("TVMBENCH_TEST_CACHE", Path.home() / ".cache" / "tvmbench-test"))
 INSTALLED = installed_version()
 runner = CliRunner()
 
@@ -58,25 +56,6 @@ def sweep_text(tvm: str, extra: str = MEASURE) -> str:
 
 def invoke(*args: str) -> object:
     return runner.invoke(app, list(args), catch_exceptions=False)
-
-
-def one_error_line(result: object, exit_code: int = 2) -> str:
-    """The single 'error: ...' line of a failed command, whatever progress notes came before it."""
-    assert result.exit_code == exit_code, result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, result.output
-    return errors[0]
-
-
-@pytest.fixture(scope="module")
-def cached_home() -> Iterator[Path]:
-    """TVMBENCH_HOME at the test cache for this module (its toolchains outlive the run)."""
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TVMBENCH_HOME", str(CACHE))
-        patch.delenv("TVMBENCH_DB", raising=False)
-        patch.delenv("TVMBENCH_TRACKER", raising=False)
-        yield CACHE
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ of the cached venv, in a fresh TVMBENCH_HOME.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import zipfile
@@ -26,6 +25,7 @@ from typer.testing import CliRunner
 
 from orchestrator.plan import plan_jobs
 from orchestrator.spec import parse_spec
+from tests.conftest import TOOLCHAIN_CACHE, one_error_line
 from tvmbench.cli import app
 from tvmbench.core.records import Job
 from workers import model_zoo
@@ -34,29 +34,11 @@ from workers.toolchains.build import build_in_toolchain, run_in_toolchain
 from workers.toolchains.toolchain import Toolchain, ToolchainError
 
 RELEASE = "0.26.0"
-CACHE = Path(os.environ.get("TVMBENCH_TEST_CACHE", Path.home() / ".cache" / "tvmbench-test"))
 runner = CliRunner()
 
 
 def invoke(*args: str) -> object:
     return runner.invoke(app, ["toolchains", *args], catch_exceptions=False)
-
-
-def one_error_line(result: object, exit_code: int = 2) -> str:
-    """The single 'error: ...' line of a failed command (exit 2), whatever progress notes came before it."""
-    assert result.exit_code == exit_code, result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, result.output
-    return errors[0]
-
-
-@pytest.fixture(scope="module")
-def cached_home() -> Iterator[Path]:
-    """TVMBENCH_HOME at the test cache, for this module (the toolchains there outlive the run)."""
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TVMBENCH_HOME", str(CACHE))
-        yield CACHE
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +63,7 @@ def cnn_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Job, bytes]:
 def test_added_release_has_its_pinned_versions_and_passed_the_import_check(tvm026: Toolchain) -> None:
     assert (tvm026.name, tvm026.kind, tvm026.spec) == (RELEASE, "release", RELEASE)
     assert (tvm026.tvm_version, tvm026.ffi_version) == ("0.26.0", "0.1.14.post1")
-    assert Path(tvm026.python).is_relative_to(CACHE / "toolchains" / RELEASE)
+    assert Path(tvm026.python).is_relative_to(TOOLCHAIN_CACHE / "toolchains" / RELEASE)
     assert any(Path(lib).name == "libtvm_runtime.so" for lib in tvm026.libraries)
     assert tvm026.provision_s is not None and tvm026.provision_s > 0
     facts = probe.import_check(tvm026.python)  # the environment imports the whole build path, today too
@@ -185,7 +167,9 @@ def test_a_broken_toolchain_is_one_line_from_check_and_a_build_row(
     assert probe.check(broken_copy) is None
     runtime = next(Path(lib) for lib in broken_copy.libraries if Path(lib).name == "libtvm_runtime.so")
     runtime.unlink()  # only the copy's link: the cached venv keeps its file
-    assert (CACHE / "toolchains" / RELEASE / runtime.relative_to(Path(broken_copy.python).parents[1])).exists()
+    assert (
+        TOOLCHAIN_CACHE / "toolchains" / RELEASE / runtime.relative_to(Path(broken_copy.python).parents[1])
+    ).exists()
     problem = probe.check(broken_copy)
     assert problem is not None and "\n" not in problem
     assert f"toolchain {broken_copy.label} is broken: libtvm_runtime.so is gone" in problem
