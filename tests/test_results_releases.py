@@ -249,3 +249,16 @@ def test_filters_matching_nothing_and_tsv_keep_stdout_clean(store: ResultStore) 
     assert lines[0].split("\t")[:4] == ["model", "config", "board", "release"], lines[0]
     assert all(line.count("\t") == lines[0].count("\t") for line in lines), result.stdout  # rows only
     assert "regression(s)" in result.stderr and "regression(s)" not in result.stdout
+
+
+def test_the_python_api_answers_releases(store: ResultStore) -> None:
+    import tvmbench
+
+    _three_releases(store, step=1.2)
+    df = tvmbench.open(store.url).releases()
+    assert df.attrs["releases"] == [OLD, MID, NEW] and df.attrs["failed"] is True
+    step = df[(df["executor"] == "vm-compiled") & (df["release"] == NEW)].iloc[0]
+    assert step["verdict"] == "regression" and step["previous"] == MID, step.to_dict()
+    assert "regression(s)" in df.attrs["summary"]
+    only_same = tvmbench.open(store.url).releases(executor="vm-bytecode")
+    assert only_same.attrs["failed"] is False and set(only_same["verdict"].dropna()) == {"same"}

@@ -146,6 +146,19 @@ class Results:
         df.attrs["summary"] = result.summary()
         return df
 
+    def releases(self, *, threshold: float = 0.05, alpha: float = 0.05, **filters: Any) -> pd.DataFrame:
+        """Each configuration across the TVM releases it was built with, oldest first (`results releases`).
+
+        The summary line is in ``DataFrame.attrs["summary"]``, the releases in order in ``attrs["releases"]``,
+        and whether one is significantly slower than (or broke) the one before it in ``attrs["failed"]``.
+        """
+        from tvmbench.answers.releases import releases
+
+        result = releases(self.store, _filters(filters), threshold=threshold, alpha=alpha)
+        df = _frame(result.rows)
+        df.attrs.update(summary=result.summary(), releases=list(result.releases), failed=result.failed)
+        return df
+
     def history(self, job: str, *, method: str = "zscore", lookback: int = 20) -> pd.DataFrame:
         """One configuration (job key or unique prefix) over time, oldest first, each point judged against the
         ones before it; the configuration itself is in ``DataFrame.attrs``."""
