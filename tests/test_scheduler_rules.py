@@ -8,6 +8,7 @@ test_chaos.py) cover the same rules end to end.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import subprocess
 import sys
 from collections import Counter
@@ -209,6 +210,25 @@ def test_no_build_runs_while_a_fenced_board_measures(tmp_path: Path, store: Resu
     assert len(host_runs) == 3 and {c["builds_in_flight"] for c in host_runs} == {0}
     # Remote boards are not fenced: one of them was measured while a build ran.
     assert any(c["builds_in_flight"] for c in runner.calls if c not in host_runs)
+
+
+def test_keys_sharing_this_machine_are_timed_one_at_a_time_and_take_turns(tmp_path: Path, store: ResultStore) -> None:
+    # A release's host boards (host-tvm0.26.0) run on the same cores as the installed release's (host).
+    keys = ("host", "host-tvm0.26.0")
+    spec = make_spec(tmp_path, keys * 3)
+    pool = InlinePool(builds_at_once=2)
+    outcome = sweep(spec, store, tmp_path, FakeBuilder(), FakeRunner(), pool=pool,
+                    boards=FixedBoards(sharing=set(keys), per_key=dict.fromkeys(keys, 2)))  # fmt: skip
+    assert dict(outcome.statuses) == {"ok": 6}
+    measures = [(items, in_flight) for kind, items, in_flight in pool.submitted if kind == "measure"]
+    for _items, in_flight in measures:
+        assert not any(kind == "measure" for kind, _ in in_flight), "two timings on this machine's cores at once"
+    order = [items[0].request.job.target.board_key for items, _ in measures]
+    counts = {key: sum(len(items) for items, _ in measures if items[0].request.job.target.board_key == key)
+              for key in keys}  # fmt: skip
+    assert counts == dict.fromkeys(keys, 3)
+    # While both keys had jobs waiting, no key was served twice in a row (the batches take turns).
+    assert all(a != b for a, b in itertools.pairwise(order)), order
 
 
 def test_an_infra_failure_runs_again_on_another_board_then_ends(tmp_path: Path, store: ResultStore) -> None:

@@ -111,6 +111,7 @@ class MeasureQueue:
         self.unregistered_keys: set[str] = set()  # keys found with no board: later jobs do not wait for one
         self._per_key: dict[str, int] = {}
         self._counted = -BOARD_RECOUNT_S
+        self._started: dict[str, int] = {}  # fenced key -> when it last started a measurement (a counter)
 
     def add(self, state: JobState, attempt: int) -> None:
         self.waiting[state.board_key].append((state, attempt))
@@ -129,7 +130,23 @@ class MeasureQueue:
         return any(self.waiting[k] for k in self.fenced if k in self.waiting)
 
     def free_slots(self, key: str) -> int:
+        if key in self.fenced:
+            # Every key on this machine's cores shares its one slot (host and host-tvm0.26.0, host and an
+            # emulated board): two timings on the same cores disturb each other, whatever their keys.
+            return 1 - sum(self.measuring[k] for k in self.fenced)
         return self.slots(key) - self.measuring[key]
+
+    def in_turn(self) -> list[str]:
+        """The keys with waiting jobs, those sharing this machine's slot least recently served first: they
+        take turns, so that drift over a sweep does not fall on one key's jobs (one release's, say)."""
+        keys = [k for k, queue in self.waiting.items() if queue]
+        return sorted(keys, key=lambda k: self._started.get(k, -1) if k in self.fenced else -2)
+
+    def started(self, key: str) -> None:
+        """A measurement of ``key`` was submitted."""
+        self.measuring[key] += 1
+        if key in self.fenced:
+            self._started[key] = max(self._started.values(), default=0) + 1
 
     def slots(self, key: str) -> int:
         """How many measurements of board key ``key`` may run at once: one per registered board (fenced: one)."""

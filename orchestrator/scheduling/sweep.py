@@ -152,7 +152,8 @@ class SweepRun:
     # --- starting work ----------------------------------------------------------------------------
 
     def _start_measurements(self) -> None:
-        for key, queue in self.measures.waiting.items():
+        for key in self.measures.in_turn():
+            queue = self.measures.waiting[key]
             while queue and self.measures.free_slots(key) > 0:
                 state, _ = queue[0]
                 golden = self.goldens.needs_build(state.job)
@@ -179,7 +180,7 @@ class SweepRun:
                     batch.append(queue.popleft())
                 handle = self.pool.submit_measures([self._measure_item(s, a) for s, a in batch])
                 self.in_flight[handle] = MeasureTask(key, tuple(batch))
-                self.measures.measuring[key] += 1
+                self.measures.started(key)
 
     def _start_golden(self, key: GoldenKey, golden: Job) -> None:
         item = BuildItem(self._entry(golden).builder, golden, self.goldens.model_ref(self.pool.put), False)
