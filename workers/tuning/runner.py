@@ -88,9 +88,11 @@ class FarmRunner(PyRunner):
         futures = []
         for ri in runner_inputs:
             args_info = [a.as_json() for a in ri.args_info]
-            futures.append(
-                _Future(self._pool.submit(self._run_one, str(ri.artifact_path), str(ri.device_type), args_info))
-            )
+            path = str(ri.artifact_path)
+            future = self._pool.submit(self._run_one, path, str(ri.device_type), args_info)
+            # When each candidate finished, for the tuning curve's seconds (a batch is reported at its end).
+            future.add_done_callback(lambda _, path=path: self.stats.timed(path))
+            futures.append(_Future(future))
         return futures
 
     def shutdown(self) -> None:

@@ -11,7 +11,10 @@ The provenance (``Build.tuning``) has exactly these keys, which the results stor
 before it), ``tasks`` (per task: ``name``, ``weight``, ``flops``, ``trials`` = stored + measured trials
 the task's best record was chosen from, ``best_us``, ``records_found``), ``failed_trials`` ({kind:
 count}), ``errors`` (up to 5 samples), ``tuning_s``, ``build_s``, ``board_wait_s``, ``run_s``,
-``cost_model``, ``seed``, ``database`` ("sql" | "memory" | "json").
+``cost_model``, ``seed``, ``database`` ("sql" | "memory" | "json"), and ``curve``: the tuning curve,
+``[[trial, tuning seconds, estimate ms], ...]`` per measured trial (at most 512 points, thinned evenly),
+the estimate being the best-so-far sum over tasks of weight x best candidate time (see
+``workers.tuning.stats.tuning_curve`` for exactly what it counts).
 """
 
 from __future__ import annotations
@@ -117,6 +120,24 @@ def _progress_callback(on_batch: Any) -> Any:
     return _Progress()
 
 
+def _curve_callback(stats: TuningStats, current: dict[str, str]) -> Any:
+    """Records every measured candidate of the task being tuned (``current["task"]``) for the curve."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+    @derived_object
+    class _Curve(PyMeasureCallback):
+        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+            run_s: list[float | None] = []
+            for result in runner_results:
+                secs = [float(x) for x in (result.run_secs or [])] if result.error_msg is None else []
+                run_s.append(sum(secs) / len(secs) if secs else None)
+            artifacts = [None if b.artifact_path is None else str(b.artifact_path) for b in builder_results]
+            stats.record_batch(current["task"], artifacts, run_s)
+
+    return _Curve()
+
+
 def _best_us(db: Any, mod: Any) -> tuple[float | None, int]:
     """(best mean latency in µs, trials stored) of a task's workload in ``db``.
 
@@ -180,9 +201,11 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     alloc, _basis = allocate(infos, job.tuning, settings.max_trials_per_task, profile_shares(env.profile))
 
     covered = {}
+    stored_best: dict[str, float | None] = {}  # where the tuning curve starts for tasks with records
     for info in infos:
-        _, stored = _best_us(db, extracted[info.index].dispatched[0])
+        prior_us, stored = _best_us(db, extracted[info.index].dispatched[0])
         covered[info.name] = min(stored, alloc[info.name])
+        stored_best[info.name] = None if prior_us is None else prior_us / 1e6
     from_records = sum(covered.values())
     reporter = ProgressReporter(env.progress, job.build_key(tvm.__version__), job.tuning)
     done = {"n": from_records}
@@ -222,9 +245,12 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
                 [extracted[i.index] for i in todo], work_dir, seed=settings.seed
             )
             callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _progress_callback(on_batch)]
+            current = {"task": ""}
+            callbacks.append(_curve_callback(stats, current))
             for info, ctx, weight in zip(todo, contexts, weights, strict=True):
                 trials = alloc[info.name] - covered[info.name]
                 before = done["n"]
+                current["task"] = info.name
                 try:
                     ms.tune_tasks(
                         tasks=[ctx],
@@ -285,6 +311,7 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
         "cost_model": settings.cost_model,
         "seed": settings.seed,
         "database": db_kind,
+        "curve": stats.curve({i.name: i.weight for i in infos}, stored_best, from_records),
     }
     if misses:
         raise TuningMiss(

@@ -1,16 +1,18 @@
 """What a tuning run spent and what went wrong, shared by the builder, the runner and the stage.
 
 Runner threads update it concurrently, hence the lock. It becomes part of the build's ``tuning``
-provenance (see ``workers.tuning.stage``).
+provenance (see ``workers.tuning.stage``), the tuning curve included (``tuning_curve``).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 
 MAX_ERRORS = 5  # sample messages kept; the counts by kind are complete
+MAX_CURVE_POINTS = 512  # a 10,000-trial build keeps an evenly thinned curve, not a point per trial
 
 
 class TuningStats:
@@ -23,6 +25,9 @@ class TuningStats:
         self.errors: list[str] = []
         self.measured = 0  # candidates the runner finished (timed or failed)
         self._on_trial = on_trial
+        self.started = time.perf_counter()  # tuning seconds on the curve count from here
+        self._timed: dict[str, float] = {}  # candidate artifact path -> when the runner finished with it
+        self.trials: list[tuple[float, str, float | None]] = []  # (seconds, task, mean run seconds or None)
 
     def add_time(self, what: str, seconds: float) -> None:
         with self._lock:
@@ -42,3 +47,81 @@ class TuningStats:
             done = self.measured
         if self._on_trial is not None:
             self._on_trial(done)
+
+    def timed(self, artifact_path: str) -> None:
+        """The runner is done with the candidate built at ``artifact_path`` (timed or failed): now."""
+        with self._lock:
+            self._timed[artifact_path] = time.perf_counter()
+
+    def record_batch(self, task: str, artifacts: list[str | None], run_s: list[float | None]) -> None:
+        """One measured batch of ``task``: per candidate its artifact path (None when its build failed) and
+        its mean run seconds (None when it failed), as MetaSchedule hands the batch to measure callbacks.
+
+        A candidate's time is when the runner finished with it; a candidate that never reached the runner
+        (a failed build) gets the batch's end. Within a batch the trials go in the order they finished.
+        """
+        now = time.perf_counter()
+        with self._lock:
+            batch = [
+                ((self._timed.pop(a, now) if a else now) - self.started, task, s)
+                for a, s in zip(artifacts, run_s, strict=True)
+            ]
+        batch.sort(key=lambda trial: trial[0])  # stable: ties keep MetaSchedule's order
+        with self._lock:
+            self.trials.extend(batch)
+
+    def curve(self, weights: dict[str, int], stored_best_s: dict[str, float | None], first_trial: int) -> list[list]:
+        """The tuning curve of the trials recorded so far, thinned to ``MAX_CURVE_POINTS``."""
+        with self._lock:
+            trials = list(self.trials)
+        return thin(tuning_curve(trials, weights, stored_best_s, first_trial))
+
+
+def tuning_curve(
+    trials: list[tuple[float, str, float | None]],
+    weights: dict[str, int],
+    stored_best_s: dict[str, float | None],
+    first_trial: int = 0,
+) -> list[list]:
+    """Best-so-far model-level estimate per measured trial: ``[[trial, seconds, estimate_ms], ...]``.
+
+    ``trials`` are (tuning seconds when the trial finished, task, the candidate's mean run seconds or None
+    when it failed), in the order they finished. ``trial`` numbers count on from ``first_trial`` (the
+    trials stored records already covered), so the last one is the trials this build's records stand for.
+
+    The estimate is what MetaSchedule's measurements say the tuned kernels cost per inference: the sum
+    over tasks of weight (calls per inference) x the task's best candidate time so far. It is not a
+    measurement of the model: MetaSchedule times one task's kernel at a time, never the whole program.
+    A task not yet reached counts at its stored record's best (records from earlier builds) or else at
+    its first successful measured time in this build, so every point sums the same tasks. Tasks with no
+    successful measurement at all (no trials given, or every trial failed) are left out, as is everything
+    outside the kernels (the VM, memory planning, copies): the build's measured median is the real figure.
+    Empty when no task has a time.
+    """
+    start = {t: s for t, s in stored_best_s.items() if s is not None}
+    for _, task, s in trials:
+        if s is not None and task not in start:
+            start[task] = s
+    if not start:
+        return []
+    best = dict(start)
+    out: list[list] = []
+    for k, (seconds, task, s) in enumerate(trials, start=1):
+        if s is not None and s < best[task]:
+            best[task] = s
+        # Summed afresh at every point: a running total would drift by float rounding.
+        estimate_ms = sum(weights.get(t, 1) * b for t, b in best.items()) * 1e3
+        # Rounding is monotone, so a best-so-far curve stays non-increasing once rounded.
+        out.append([first_trial + k, round(seconds, 2), float(f"{estimate_ms:.6g}")])
+    return out
+
+
+def thin(points: list[list], cap: int = MAX_CURVE_POINTS) -> list[list]:
+    """At most ``cap`` of ``points``, evenly spaced by index, the first and the last always among them."""
+    n = len(points)
+    if n <= cap:
+        return points
+    if cap < 2:
+        return points[-1:]
+    # (n - 1) / (cap - 1) > 1 here, so the rounded indices are distinct: exactly ``cap`` points.
+    return [points[round(i * (n - 1) / (cap - 1))] for i in range(cap)]
