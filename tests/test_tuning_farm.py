@@ -6,6 +6,7 @@ few minutes on 2 quiet cores. Everything is real: Ray, the tracker, board agents
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 import time
@@ -122,7 +123,7 @@ def test_provenance_says_what_tuning_did(tuned: dict[str, Any]) -> None:
     t = build.tuning
     assert set(t) == {
         "budget", "trials_run", "trials_from_records", "tasks", "failed_trials", "errors", "tuning_s",
-        "build_s", "board_wait_s", "run_s", "cost_model", "seed", "database",
+        "build_s", "board_wait_s", "run_s", "cost_model", "seed", "database", "curve",
     }  # fmt: skip
     assert t["budget"] == 16 and t["trials_run"] == 16 and t["trials_from_records"] == 0
     assert t["database"] == "sql" and t["cost_model"] == "xgb"
@@ -134,6 +135,17 @@ def test_provenance_says_what_tuning_did(tuned: dict[str, Any]) -> None:
     assert "MetaScheduleApplyDatabase" in build.pass_trace
     assert build.fingerprint != builds[0]["build"].fingerprint
     assert build.tuning_trials == 16  # the records helper's column for the answers
+    # The tuning curve: a point per measured trial, best so far, in the order the trials finished.
+    curve = t["curve"]
+    assert len(curve) == t["trials_run"] == 16, curve
+    assert [p[0] for p in curve] == list(range(1, 17))
+    assert all(a[1] <= b[1] for a, b in itertools.pairwise(curve)), curve
+    assert all(a[2] >= b[2] for a, b in itertools.pairwise(curve)), curve
+    assert 0 <= curve[-1][1] <= t["tuning_s"]
+    # It ends where the stored records end: each tuned task's best record, weighted by its calls.
+    ends_at = sum(x["weight"] * x["best_us"] for x in t["tasks"] if x["best_us"] is not None) / 1e3
+    assert curve[-1][2] == pytest.approx(ends_at, rel=1e-5), (curve[-1], t["tasks"])
+    assert curve[0][2] > 0
     assert _records(tuned["store"]) >= 1
     # The progress bar was told trials done / budget while the build ran.
     assert tuned["progress"] and tuned["progress"][-1]["trials_budget"] == 16

@@ -345,6 +345,12 @@ def write_report(store: ResultStore, sweep_ref: str, out: Path, *, png_dir: Path
     sweep = q.resolve_sweep(store, sweep_ref)
     df = sweep_frame(store, sweep.id)
     plots = [(p.stem, p.caption, p.png) for p in sweep_plots(df)]
+    curves = tuning_answers.sweep_curves(store, sweep.id)
+    for c in curves[: tuning_answers.MAX_REPORT_CURVES]:
+        title = tuning_answers.curve_title(c)
+        draw = tuning_answers.curve_figure(c["curve"], title, c["measured_ms"], c["onnxruntime_ms"])
+        caption = f"Tuning curve of job {c['job_key'][:12]}: {title}"
+        plots.append((_slug("curve", c["job_key"][:12]), caption, _png(draw)))
     ranked = ranking.best(store, q.Filters(sweep=sweep.id))
     slow = regressions.find(store, q.Filters(sweep=sweep.id))
     failures = failure_rows(df)
@@ -366,9 +372,22 @@ def write_report(store: ResultStore, sweep_ref: str, out: Path, *, png_dir: Path
             f"<figcaption>{html.escape(caption)}</figcaption></figure>"
         )
 
-    figures = "".join(figure(caption, data) for stem, caption, data in plots if not stem.startswith("releases-"))
+    own_section = ("releases-", "curve-")
+    figures = "".join(figure(caption, data) for stem, caption, data in plots if not stem.startswith(own_section))
+    curve_figures = "".join(figure(caption, data) for stem, caption, data in plots if stem.startswith("curve-"))
+    if len(curves) > tuning_answers.MAX_REPORT_CURVES:
+        curve_figures += (
+            f"<p class='muted'>{len(curves) - tuning_answers.MAX_REPORT_CURVES} more tuned jobs have a curve: "
+            "`tvmbench results show JOB` and the dashboard's job page show each</p>"
+        )
     release_figures = "".join(figure(caption, data) for stem, caption, data in plots if stem.startswith("releases-"))
     releases_html = _releases_section(across, release_figures)
+    curves_html = (
+        f"<h3>Tuning curves</h3><p class='muted'>{html.escape(tuning_answers.CURVE_WHAT)}; against trials and "
+        f"tuning minutes, with the build's measured median and ONNX Runtime's.</p>{curve_figures}"
+        if curve_figures
+        else ""
+    )
     ranking_html = _table(
         ranked,
         [
@@ -455,6 +474,7 @@ TVM {html.escape(tvm_line)} · host {html.escape(sweep.host)} · {len(df)} jobs 
 <p class="muted">MetaSchedule-tuned builds beside the same configuration untuned (budget 0): speed-ups, and the tuning
 minutes per unit of speed-up gained. `tvmbench results show JOB` lists each tuned job's tasks.</p>
 {tuning_html}
+{curves_html}
 {releases_html}
 <h2>Regressions against history</h2>
 <p class="muted">Results of this sweep slower than earlier results of the same configuration beyond noise

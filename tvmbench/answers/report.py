@@ -155,9 +155,11 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
         if b.get("error"):
             console.print(f"  build error: {b['error']}", highlight=False)
         if b.get("tuning"):
-            from tvmbench.answers.tuning import print_tuning
+            from tvmbench.answers.tuning import curve_lines, print_tuning
 
             print_tuning(console, b["tuning"])
+            for line in curve_lines(d.get("tuning_curve")):
+                console.print(line, highlight=False, soft_wrap=not console.is_terminal)
         if b["pass_trace"]:
             relax_passes, tir_count = split_pass_trace(b["pass_trace"])
             console.print(

@@ -5,6 +5,11 @@ board key, executor, opt_level, pipeline, kernels) with no tuning: the job key m
 speed-up of tuning is the counterpart's median over the tuned median; its cost is the tuning minutes per
 unit of that speed-up gained, ``tuning_minutes / (speedup - 1)`` (minutes for each "1x faster"), and
 None when tuning gained nothing.
+
+A tuned build's *tuning curve* (``Build.tuning["curve"]``, ``[[trial, tuning seconds, estimate ms], ...]``)
+is MetaSchedule's own view of the tuning: after each measured trial, the sum over the tuned tasks of
+weight x the best candidate time so far (``workers.tuning.stats.tuning_curve`` says exactly what it counts).
+It covers the kernels only, so it is shown beside the build's measured median and ONNX Runtime's.
 """
 
 from __future__ import annotations
@@ -13,7 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
+    from matplotlib.figure import Figure
     from rich.console import Console
+
+    from db.store import ResultStore
 
 # What makes two jobs the same configuration apart from tuning (and the measurement settings, which
 # a sweep holds fixed).
@@ -126,3 +134,172 @@ def print_tuning(console: Console, tuning: dict[str, Any] | None) -> None:
 
 def _s(value: Any) -> str:
     return "-" if value is None else f"{float(value):.1f} s"
+
+
+# --- the tuning curve ---------------------------------------------------------------------------
+
+CURVE_WHAT = (
+    "best-so-far estimate: sum over the tuned tasks of calls x best kernel time measured by MetaSchedule "
+    "(kernels only, not a run of the model)"
+)
+CURVE_AT = (0.0, 0.25, 0.5, 0.75, 1.0)  # the points `results show` prints: first, quartiles, last
+
+
+def curve_of(tuning: dict[str, Any] | None) -> list[list[float]]:
+    """The curve points of a build's tuning provenance; [] for untuned builds and builds stored before it."""
+    curve = (tuning or {}).get("curve")
+    return [p for p in curve if isinstance(p, list | tuple) and len(p) == 3] if isinstance(curve, list) else []
+
+
+def curve_points(curve: list[list[float]]) -> list[dict[str, Any]]:
+    """First, 25/50/75 % and last of a curve (by position), each as {trial, minutes, estimate_ms}."""
+    if not curve:
+        return []
+    picked = sorted({round(at * (len(curve) - 1)) for at in CURVE_AT})
+    return [
+        {"trial": int(curve[i][0]), "minutes": float(curve[i][1]) / 60.0, "estimate_ms": float(curve[i][2])}
+        for i in picked
+    ]
+
+
+def onnxruntime_median(store: ResultStore, sweep_id: str, model: str, board_key: str) -> float | None:
+    """The fastest ok ONNX Runtime median (ms) of ``model`` on ``board_key`` in the sweep, None if none."""
+    from sqlalchemy import func, select
+
+    from db import models as m
+    from workers.executors.registry import baseline_names
+
+    stmt = (
+        select(func.min(m.Run.median))
+        .select_from(m.Job)
+        .join(m.Run, m.Run.id == m.Job.final_run_id)
+        .where(
+            m.Job.sweep_id == sweep_id,
+            m.Job.model_name == model,
+            m.Job.board_key == board_key,
+            m.Job.status == "ok",
+            m.Job.executor.in_(baseline_names()),
+            m.Run.unit == "ms",
+        )
+    )
+    with store.engine.connect() as conn:
+        value = conn.execute(stmt).scalar()
+    return None if value is None else float(value)
+
+
+def curve_summary(store: ResultStore, detail: dict[str, Any]) -> dict[str, Any] | None:
+    """What `results show` says of a job's tuning curve (None without one): a few points, the curve's
+    end against the build's measured median and ONNX Runtime's median of the same model and board."""
+    curve = curve_of((detail.get("build") or {}).get("tuning"))
+    if not curve:
+        return None
+    return {
+        "what": CURVE_WHAT,
+        "points_stored": len(curve),
+        "points": curve_points(curve),
+        "final_estimate_ms": float(curve[-1][2]),
+        "measured_median_ms": detail.get("median_ms"),
+        "onnxruntime_median_ms": onnxruntime_median(store, detail["sweep_id"], detail["model"], detail["board_key"]),
+    }
+
+
+def curve_lines(summary: dict[str, Any] | None) -> list[str]:
+    """The tuning curve in a few lines of text (`results show`); none without a curve."""
+    if not summary:
+        return []
+    points = " · ".join(
+        f"trial {p['trial']} ({p['minutes']:.1f} min) {p['estimate_ms']:.4g} ms" for p in summary["points"]
+    )
+    measured = summary.get("measured_median_ms")
+    ort = summary.get("onnxruntime_median_ms")
+    against = [f"measured model median {measured:.4g} ms" if measured is not None else "no measured median"]
+    if ort is not None:
+        against.append(f"onnxruntime {ort:.4g} ms")
+    return [
+        f"    tuning curve ({summary['what']}; {summary['points_stored']} points stored, all in --json):",
+        f"      {points}",
+        f"      {'; '.join(against)}",
+    ]
+
+
+MAX_REPORT_CURVES = 24  # curve plots one report draws; `results show` has every job's
+
+
+def sweep_curves(store: ResultStore, sweep_id: str) -> list[dict[str, Any]]:
+    """The tuned jobs of a sweep that have a tuning curve, with what their plot compares it with:
+    [{job_key, model, board_key, executor, opt_level, pipeline, budget, curve, measured_ms, onnxruntime_ms}]."""
+    from sqlalchemy import select
+
+    from db import models as m
+
+    stmt = (
+        select(
+            m.Job.job_key, m.Job.model_name, m.Job.board_key, m.Job.executor, m.Job.opt_level, m.Job.pipeline,
+            m.Job.status, m.Build.tuning_budget, m.Build.tuning, m.Run.median, m.Run.unit,
+        )
+        .join(m.Build, m.Build.build_key == m.Job.build_key)
+        .outerjoin(m.Run, m.Run.id == m.Job.final_run_id)
+        .where(m.Job.sweep_id == sweep_id, m.Build.tuning_budget > 0)
+        .order_by(m.Job.model_name, m.Job.board_key, m.Job.executor, m.Job.opt_level, m.Build.tuning_budget)
+    )  # fmt: skip
+    with store.engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+    out, ort = [], {}
+    for key, model, board_key, executor, opt, pipeline, status, budget, tuning, median, unit in rows:
+        curve = curve_of(tuning)
+        if not curve:
+            continue
+        if (model, board_key) not in ort:
+            ort[model, board_key] = onnxruntime_median(store, sweep_id, model, board_key)
+        out.append(
+            {
+                "job_key": key, "model": model, "board_key": board_key, "executor": executor, "opt_level": opt,
+                "pipeline": pipeline, "budget": budget, "curve": curve,
+                "measured_ms": float(median) if status == "ok" and median is not None and unit == "ms" else None,
+                "onnxruntime_ms": ort[model, board_key],
+            }
+        )  # fmt: skip
+    return out
+
+
+def curve_title(row: dict[str, Any]) -> str:
+    """A curve plot's title: the model, the configuration and its budget, the board."""
+    return (
+        f"{row['model']} {row['executor']} O{row['opt_level']} {row['pipeline']} tuned {row['budget']} "
+        f"on {row['board_key']}: tuning curve"
+    )
+
+
+def curve_figure(
+    curve: list[list[float]], title: str, measured_ms: float | None = None, onnxruntime_ms: float | None = None
+) -> Figure:
+    """The tuning curve against trials (left) and tuning minutes (right), the build's measured median
+    dotted and ONNX Runtime's dashed when known: where the estimate ends up against what was measured."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+
+    from tvmbench.answers.ranking import BASELINE_EXECUTORS
+
+    fig = Figure(figsize=(10.0, 3.8))
+    by_trial, by_time = fig.subplots(1, 2, sharey=True)
+    trials = [p[0] for p in curve]
+    minutes = [p[1] / 60.0 for p in curve]
+    estimate = [p[2] for p in curve]
+    for ax, xs, label in ((by_trial, trials, "MetaSchedule trials"), (by_time, minutes, "tuning minutes")):
+        ax.step(xs, estimate, where="post", color="#4a7ebb", label="kernel estimate (best so far)")
+        ax.plot(xs[-1:], estimate[-1:], "o", color="#4a7ebb")
+        if measured_ms is not None:
+            ax.axhline(measured_ms, linestyle=":", color="#070", label=f"measured model median {measured_ms:.4g} ms")
+        if onnxruntime_ms is not None:
+            name = " / ".join(BASELINE_EXECUTORS)
+            ax.axhline(onnxruntime_ms, linestyle="--", color="#555", label=f"{name} {onnxruntime_ms:.4g} ms")
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    by_trial.set_ylabel("latency (ms)")
+    by_trial.set_yscale("log")
+    plain = FuncFormatter(lambda v, _: f"{v:g}")  # "0.6", not "6 x 10^-1"
+    by_trial.yaxis.set_major_formatter(plain)
+    by_trial.yaxis.set_minor_formatter(plain)
+    by_time.legend(fontsize="small")
+    fig.suptitle(title)
+    return fig

@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from db import models as m
 from tvmbench.answers import query
+from tvmbench.answers import tuning as tuning_answers
 
 if TYPE_CHECKING:
     from db.store import ResultStore
@@ -109,6 +110,9 @@ def explain_job(
             raise query.NoSuchJob(
                 f"no job with key starting {diff_ref!r} to diff against; `tvmbench results list` shows the keys"
             )
+    summary = tuning_answers.curve_summary(store, detail)
+    if summary is not None:  # builds stored before the curve (and untuned ones) keep the keys they had
+        detail["tuning_curve"] = summary
     trace_a = (detail.get("build") or {}).get("pass_trace") or []
     trace_b = ((other or {}).get("build") or {}).get("pass_trace") or []
     labels = tuple(f"{d['job_key'][:12]} {d['executor']} O{d['opt_level']}" for d in (detail, other or detail))

@@ -24,6 +24,7 @@ from starlette.staticfiles import StaticFiles
 
 from tvmbench.answers import query as q
 from tvmbench.answers import regressions
+from tvmbench.answers import tuning as tuning_answers
 from tvmbench.dashboard import plots, views
 
 if TYPE_CHECKING:
@@ -195,6 +196,21 @@ def create_app(
         drawn = plots.png(lambda: plots.samples_figure(data["samples"], data["unit"] or "ms", title))
         return Response(drawn, media_type="image/png")
 
+    def job_curve(request: Request) -> Response:
+        try:
+            data = views.job(store, request.path_params["key"], request.query_params.get("sweep") or None)
+        except (q.QueryError, q.NoSuchJob) as exc:
+            return not_found(request, str(exc))
+        tuning = (data.get("build") or {}).get("tuning")
+        curve = tuning_answers.curve_of(tuning)
+        if not curve:
+            return not_found(request, f"job {data['job_key']} has no tuning curve")
+        summary = data.get("tuning_curve") or {}
+        title = tuning_answers.curve_title({**data, "budget": (tuning or {}).get("budget")})
+        measured, ort = summary.get("measured_median_ms"), summary.get("onnxruntime_median_ms")
+        drawn = plots.png(lambda: tuning_answers.curve_figure(curve, title, measured, ort))
+        return Response(drawn, media_type="image/png")
+
     def compare_page(request: Request) -> Response:
         params = request.query_params
         a, b = params.get("a"), params.get("b")
@@ -244,6 +260,7 @@ def create_app(
         Route("/job/{key}", bounded(job_page)),
         Route("/api/job/{key}", bounded(job_page)),
         Route("/job/{key}/samples.png", bounded(job_samples)),
+        Route("/job/{key}/curve.png", bounded(job_curve)),
         Route("/compare", bounded(compare_page)),
         Route("/api/compare", bounded(compare_page)),
         Route("/history/{key}", bounded(history_page)),
@@ -274,6 +291,6 @@ JOB_SECTIONS = frozenset(
         "pipeline", "status", "unit", "median_ms", "std_ms", "samples", "median", "flash_bytes", "ram_bytes",
         "max_abs_err", "emulated", "equivalent_to", "fingerprint", "compile_s", "kernel_count", "pass_count",
         "error", "config", "build", "runs", "same_program_as", "kernel_profile", "diff_job", "pass_diff",
-        "diff_labels", "tuning", "memory", "board_state",
+        "diff_labels", "tuning", "memory", "board_state", "tuning_curve",
     }
 )  # fmt: skip
