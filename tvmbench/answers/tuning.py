@@ -278,7 +278,7 @@ def curve_figure(
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
-    from tvmbench.answers.ranking import BASELINE_EXECUTORS
+    from workers.executors.registry import baseline_names
 
     fig = Figure(figsize=(10.0, 3.8))
     by_trial, by_time = fig.subplots(1, 2, sharey=True)
@@ -291,7 +291,7 @@ def curve_figure(
         if measured_ms is not None:
             ax.axhline(measured_ms, linestyle=":", color="#070", label=f"measured model median {measured_ms:.4g} ms")
         if onnxruntime_ms is not None:
-            name = " / ".join(BASELINE_EXECUTORS)
+            name = " / ".join(baseline_names())
             ax.axhline(onnxruntime_ms, linestyle="--", color="#555", label=f"{name} {onnxruntime_ms:.4g} ms")
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
