@@ -50,6 +50,15 @@ class TuningEnv:
     boards: int = 1  # boards of the key: candidates timed at once (1 when fenced)
     profile: dict[str, Any] | None = None  # the untuned build's stored per-kernel profile, if any
     progress: str | None = None  # the sweep's progress actor name
+    # The tracker key candidates are timed on, when not the job's own: a job of another TVM release
+    # times its candidates (that release's artifacts) on boards of ``release_key(key, release)``.
+    board_key: str | None = None
+    # "ray": candidates compile as Ray tasks; "local": in this process, one after another (a toolchain's
+    # child, which has no Ray: workers/toolchains/tuning.py).
+    builder: str = "ray"
+    # A file the stage writes trials done / budget to instead of the progress actor (a toolchain's child;
+    # its parent passes them on).
+    progress_file: str | None = None
 
 
 def tuning_target(tvm_target: dict[str, Any], settings: TuningSettings) -> Any:
@@ -157,9 +166,9 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     from tvm.s_tir import meta_schedule as ms
 
     from tvmbench.core.errors import one_line
-    from workers.tuning.builder import RayBuilder
+    from workers.tuning.builder import InProcessBuilder, RayBuilder
     from workers.tuning.preload import preload_tensor_intrin
-    from workers.tuning.progress import ProgressReporter
+    from workers.tuning.progress import FileProgress, ProgressReporter
     from workers.tuning.runner import FarmRunner, FarmRunnerConfig
 
     preload_tensor_intrin()  # the first TuneContext imports it; TVMScript's inspect.stack() made that minutes
@@ -184,7 +193,11 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
         _, stored = _best_us(db, extracted[info.index].dispatched[0])
         covered[info.name] = min(stored, alloc[info.name])
     from_records = sum(covered.values())
-    reporter = ProgressReporter(env.progress, job.build_key(tvm.__version__), job.tuning)
+    reporter: Any = (
+        FileProgress(env.progress_file, job.tuning)
+        if env.progress_file
+        else ProgressReporter(env.progress, job.build_key(tvm.__version__), job.tuning)
+    )
     done = {"n": from_records}
     reporter.report(done["n"])
 
@@ -197,7 +210,7 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     started = time.perf_counter()
     todo = [i for i in infos if alloc[i.name] - covered[i.name] > 0]
     if todo:
-        builder = RayBuilder(
+        builder = (InProcessBuilder if env.builder == "local" else RayBuilder)(
             cross_compiler=job.target.cross_compiler,
             fence_host=env.fence_host,
             timeout_s=settings.builder_timeout_s,
@@ -206,7 +219,7 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
         runner = FarmRunner(
             FarmRunnerConfig(
                 tracker=env.tracker,
-                board_key=job.target.board_key,
+                board_key=env.board_key or job.target.board_key,
                 session_timeout_s=settings.runner_timeout_s,
                 device_wait_s=settings.device_wait_s,
                 fence_host=env.fence_host,
