@@ -58,9 +58,13 @@ def untuned_profile(store: ResultStore, job: Job) -> dict[str, Any] | None:
     return None
 
 
-def stored_records_count(database: dict[str, str], job: Job, mods: list[Any]) -> list[int]:
+def stored_records_count(
+    database: dict[str, str], job: Job, mods: list[Any], tvm_version: str | None = None
+) -> list[int]:
     """Trials already stored for each task module (0 where nothing is stored yet; the SQL store counts
-    failed trials too, other databases their successful records)."""
+    failed trials too, other databases their successful records). ``tvm_version``: the job's release,
+    when not this TVM (its tasks' hashes are computed here: the same as that release's where its
+    front pipeline builds the same PrimFuncs, as 0.26.0's do; tests/test_releases_tuning.py)."""
     from workers.tuning.stage import TuningEnv, open_database, tuning_target
 
     if database.get("kind") == "json" and not Path(database["path"]).is_dir():
@@ -68,7 +72,11 @@ def stored_records_count(database: dict[str, str], job: Job, mods: list[Any]) ->
     settings = job.tuning_settings
     target = tuning_target(job.target.tvm_target, settings)
     db, _ = open_database(
-        TuningEnv(tracker="", database=database), settings.module_equality, target, job.target.board_key
+        TuningEnv(tracker="", database=database),
+        settings.module_equality,
+        target,
+        job.target.board_key,
+        tvm_version=tvm_version,
     )
     if hasattr(db, "trials_covered"):  # SqlTuningDatabase: one query, every stored trial counted
         return [c["trials"] for c in db.trials_covered(mods)]
@@ -78,10 +86,17 @@ def stored_records_count(database: dict[str, str], job: Job, mods: list[Any]) ->
     return counts
 
 
-def plan_tuning(job: Job, model_data: bytes, database: dict[str, str], profile: dict[str, Any] | None) -> dict:
+def plan_tuning(
+    job: Job,
+    model_data: bytes,
+    database: dict[str, str],
+    profile: dict[str, Any] | None,
+    tvm_version: str | None = None,
+) -> dict:
     """What `sweep plan` shows for a tuned job: its tasks, their trials, and what records already cover.
 
-    Runs the job's front pipeline (legalize + fuse) to extract the tasks, exactly as the build will.
+    Runs the job's front pipeline (legalize + fuse) to extract the tasks, exactly as the build will (with
+    this TVM: for a job of another release, ``tvm_version``, the coverage counts that release's records).
     """
     import onnx
     import tvm
@@ -98,7 +113,7 @@ def plan_tuning(job: Job, model_data: bytes, database: dict[str, str], profile: 
         fused = front(mod)
     extracted, infos = extract(fused, target, settings.module_equality)
     alloc, basis = allocate(infos, job.tuning, settings.max_trials_per_task, profile_shares(profile))
-    stored = stored_records_count(database, job, [e.dispatched[0] for e in extracted])
+    stored = stored_records_count(database, job, [e.dispatched[0] for e in extracted], tvm_version)
     tasks = [
         {
             "name": i.name,

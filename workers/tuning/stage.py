@@ -79,6 +79,17 @@ def tuning_target(tvm_target: dict[str, Any], settings: TuningSettings) -> Any:
     return Target(spec)
 
 
+def search_threads() -> int | str:
+    """The search's thread count: MetaSchedule's default ("physical") where psutil is there to count them.
+
+    Its default asks psutil (``ms.utils.cpu_count``), which a toolchain's venv does not have: there, the
+    logical CPUs (on a 2-core machine both are the same).
+    """
+    import importlib.util
+
+    return "physical" if importlib.util.find_spec("psutil") is not None else max(1, os.cpu_count() or 1)
+
+
 def open_database(
     env: TuningEnv,
     module_equality: str,
@@ -87,10 +98,12 @@ def open_database(
     *,
     model_name: str | None = None,
     source: str | None = None,
+    tvm_version: str | None = None,
 ) -> tuple[Any, str]:
     """The records' MetaSchedule database and its kind for the provenance: "sql", "json" or "memory".
 
     ``model_name`` and ``source`` label what the SQL store keeps (`tuning export --model`, provenance).
+    ``tvm_version``: whose records (default this TVM's; `sweep plan` counts a job of another release's).
     """
     from tvm.s_tir import meta_schedule as ms
 
@@ -105,6 +118,7 @@ def open_database(
             module_equality=module_equality,
             model_name=model_name,
             source=source,
+            tvm_version=tvm_version,
         )
         return db, "sql"
     if kind == "json":
@@ -232,7 +246,7 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
         pause = build_hold.paused() if build_hold is not None else contextlib.nullcontext()
         with pause, _work_dir() as work_dir:
             contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-                [extracted[i.index] for i in todo], work_dir, seed=settings.seed
+                [extracted[i.index] for i in todo], work_dir, seed=settings.seed, num_threads=search_threads()
             )
             callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _progress_callback(on_batch)]
             for info, ctx, weight in zip(todo, contexts, weights, strict=True):
