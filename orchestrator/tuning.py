@@ -58,13 +58,9 @@ def untuned_profile(store: ResultStore, job: Job) -> dict[str, Any] | None:
     return None
 
 
-def stored_records_count(
-    database: dict[str, str], job: Job, mods: list[Any], tvm_version: str | None = None
-) -> list[int]:
+def stored_records_count(database: dict[str, str], job: Job, mods: list[Any]) -> list[int]:
     """Trials already stored for each task module (0 where nothing is stored yet; the SQL store counts
-    failed trials too, other databases their successful records). ``tvm_version``: the job's release,
-    when not this TVM (its tasks' hashes are computed here: the same as that release's where its
-    front pipeline builds the same PrimFuncs, as 0.26.0's do; tests/test_releases_tuning.py)."""
+    failed trials too, other databases their successful records)."""
     from workers.tuning.stage import TuningEnv, open_database, tuning_target
 
     if database.get("kind") == "json" and not Path(database["path"]).is_dir():
@@ -72,11 +68,7 @@ def stored_records_count(
     settings = job.tuning_settings
     target = tuning_target(job.target.tvm_target, settings)
     db, _ = open_database(
-        TuningEnv(tracker="", database=database),
-        settings.module_equality,
-        target,
-        job.target.board_key,
-        tvm_version=tvm_version,
+        TuningEnv(tracker="", database=database), settings.module_equality, target, job.target.board_key
     )
     if hasattr(db, "trials_covered"):  # SqlTuningDatabase: one query, every stored trial counted
         return [c["trials"] for c in db.trials_covered(mods)]
@@ -86,17 +78,10 @@ def stored_records_count(
     return counts
 
 
-def plan_tuning(
-    job: Job,
-    model_data: bytes,
-    database: dict[str, str],
-    profile: dict[str, Any] | None,
-    tvm_version: str | None = None,
-) -> dict:
+def plan_tuning(job: Job, model_data: bytes, database: dict[str, str], profile: dict[str, Any] | None) -> dict:
     """What `sweep plan` shows for a tuned job: its tasks, their trials, and what records already cover.
 
-    Runs the job's front pipeline (legalize + fuse) to extract the tasks, exactly as the build will (with
-    this TVM: for a job of another release, ``tvm_version``, the coverage counts that release's records).
+    Runs the job's front pipeline (legalize + fuse) to extract the tasks, exactly as the build will.
     """
     import onnx
     import tvm
@@ -113,7 +98,7 @@ def plan_tuning(
         fused = front(mod)
     extracted, infos = extract(fused, target, settings.module_equality)
     alloc, basis = allocate(infos, job.tuning, settings.max_trials_per_task, profile_shares(profile))
-    stored = stored_records_count(database, job, [e.dispatched[0] for e in extracted], tvm_version)
+    stored = stored_records_count(database, job, [e.dispatched[0] for e in extracted])
     tasks = [
         {
             "name": i.name,
@@ -124,6 +109,44 @@ def plan_tuning(
         }
         for i in infos
     ]
+    covered = sum(t["covered"] for t in tasks)
+    return {
+        "budget": job.tuning,
+        "weights_from": basis,
+        "tasks": tasks,
+        "trials_covered": covered,
+        "trials_to_run": sum(t["trials"] for t in tasks) - covered,
+        "database": database.get("kind"),
+    }
+
+
+def plan_tuning_in_toolchain(
+    toolchain: Any, job: Job, model_data: bytes, database: dict[str, str], profile: dict[str, Any] | None
+) -> dict:
+    """``plan_tuning`` of a job of another release: its toolchain's child extracts the tasks and hashes them
+    (the installed TVM hashes the same PrimFuncs differently: 0.26.0's conv task is 16415173567576005391
+    there, 3168296938307167444 here), and the stored records of that release's scope are counted here."""
+    from tvmbench.core.records import TuningScope
+    from workers.toolchains.build import tasks_in_toolchain
+    from workers.tuning.tasks import TaskInfo, allocate, profile_shares
+
+    found = tasks_in_toolchain(toolchain, job, model_data)
+    infos = [TaskInfo(t["name"], t["weight"], t["flops"], i) for i, t in enumerate(found["tasks"])]
+    alloc, basis = allocate(infos, job.tuning, job.tuning_settings.max_trials_per_task, profile_shares(profile))
+    stored = [0 for _ in infos]
+    if database.get("kind") == "sql":
+        store = ResultStore(database["url"], never_write=True)
+        try:
+            hashes = [t["hash"] for t in found["tasks"]]
+            coverage = store.tuning_coverage(TuningScope(**found["scope"]), hashes)
+            stored = [coverage[h]["trials"] for h in hashes]
+        finally:
+            store.close()
+    tasks = [
+        {"name": i.name, "weight": i.weight, "flops": i.flops, "trials": alloc[i.name],
+         "covered": min(stored[i.index], alloc[i.name])}
+        for i in infos
+    ]  # fmt: skip
     covered = sum(t["covered"] for t in tasks)
     return {
         "budget": job.tuning,

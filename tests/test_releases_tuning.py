@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from typer.testing import CliRunner
 
 from db import models as m
 from db.store import ResultStore
-from orchestrator.farm import LocalFarm
+from orchestrator.farm import LocalFarm, wait_until
 from orchestrator.scheduler import run_sweep
 from orchestrator.scheduling.events import SweepOutcome
 from orchestrator.spec import load_spec
@@ -181,12 +182,66 @@ def test_the_same_job_again_reuses_its_records(tuned: Tuned) -> None:
 
 
 def test_plan_counts_the_records_of_the_jobs_release(tuned: Tuned) -> None:
-    # The plan extracts the tasks with the installed TVM; their hashes meet 0.26.0's stored workloads.
-    sweep = tuned.tmp / "first.toml"
+    # A larger budget is not built yet, so the plan shows its tuning. 0.27 hashes the same PrimFuncs
+    # differently, so the 0.26.0 child extracts and hashes the tasks; the plan counts what 0.26.0 stored.
+    text = SWEEP.format(label="bigger", model=tuned.tmp / "small_convnet.onnx", budget=2 * BUDGET, release=RELEASE)
+    sweep = write_sweep(tuned.tmp, text, name="bigger.toml")
     result = CliRunner().invoke(app, ["sweep", "plan", str(sweep), "--db", tuned.store.url, "--json"])
     assert result.exit_code == 0, result.output
     plan = json.loads(result.output)["jobs"][0]["tuning_plan"]
-    assert plan["trials_covered"] == BUDGET and plan["trials_to_run"] == 0, plan
+    assert plan["trials_covered"] == BUDGET and plan["trials_to_run"] == BUDGET, plan
+
+
+def _our_children() -> list[int]:
+    """Pids of toolchain children started from this worktree (their cwd is the project root)."""
+    from workers.toolchains.probe import PROJECT_ROOT
+
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            if b"workers.toolchains.child" in cmdline and Path(os.readlink(proc / "cwd")) == Path(PROJECT_ROOT):
+                pids.append(int(proc.name))
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def _records(store: ResultStore) -> int:
+    with store._sessions() as s:
+        return len(list(s.scalars(select(m.TuningRecord.id))))
+
+
+def test_cancel_kills_the_child_keeps_its_records_and_resume_continues(tuned: Tuned, tmp_path: Path) -> None:
+    store = ResultStore(f"sqlite:///{tmp_path / 'results.db'}")  # no records yet: it tunes from scratch
+    text = SWEEP.format(label="cancel", model=tuned.tmp / "small_convnet.onnx", budget=BUDGET, release=RELEASE)
+    spec = load_spec(write_sweep(tmp_path, text.replace("num_trials_per_iter = 16", "num_trials_per_iter = 8")))
+    cache = ArtifactCache(tmp_path / "artifacts")
+    box: list = []
+    thread = threading.Thread(
+        target=lambda: box.append(run_sweep(spec, store, tuned.farm.tracker, cache, health_checks=False)),
+        daemon=True,
+    )
+    thread.start()
+    try:
+        wait_until(lambda: _records(store) >= 1, 600, "the first tuning records of the 0.26.0 child")
+        assert _our_children(), "no toolchain child is tuning"
+        result = CliRunner().invoke(app, ["sweep", "cancel", spec.sweep_id, "--db", store.url])
+        assert result.exit_code == 0, result.output
+        thread.join(60)
+        assert box, "the cancel did not stop the sweep in time"
+        assert set(store.job_statuses(spec.sweep_id).values()) == {"cancelled"}
+        wait_until(lambda: not _our_children(), 30, "the toolchain child to end with its build task")
+        kept = _records(store)
+        assert kept >= 1  # what the child measured before the cancel is in SQL
+        outcome = run_sweep(spec, store, tuned.farm.tracker, cache, health_checks=False, reopen_cancelled=True)
+        assert dict(outcome.statuses) == {"ok": 1}, outcome
+        t = _build_of(store, spec.sweep_id).tuning
+        # It continued from those records (the child counts the valid ones) and ran only the rest.
+        assert t["trials_from_records"] >= 1 and t["trials_run"] + t["trials_from_records"] == BUDGET, t
+    finally:
+        thread.join(60)
+        store.close()
 
 
 # --- the bridge alone: SQL <-> MetaSchedule's JSON files, no TVM ---------------------------------------

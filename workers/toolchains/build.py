@@ -165,3 +165,21 @@ def run_in_toolchain(
         with np.load(directory / "outputs.npz") as data:
             outputs = [data[name] for name in data.files]
         return outputs, json.loads((directory / "run.json").read_text())
+
+
+def tasks_in_toolchain(
+    toolchain: Toolchain, job: Job, model_bytes: bytes, *, timeout_s: float = RUN_TIMEOUT_S
+) -> dict[str, Any]:
+    """A tuned job's tasks as its toolchain extracts them: ``{"scope": TuningScope fields, "tasks": [{name,
+    weight, flops, hash}]}`` (RuntimeError naming the toolchain when the child fails)."""
+    with tempfile.TemporaryDirectory(prefix="tvmbench-toolchain-tasks-") as tmp:
+        directory = Path(tmp)
+        (directory / "job.pkl").write_bytes(pickle.dumps(job))
+        (directory / "model.onnx").write_bytes(model_bytes)
+        why = _child(toolchain, "tasks", directory, timeout_s)
+        failure = directory / "failure.txt"
+        if why is None and failure.is_file():
+            why = f"extracting its tuning tasks failed: {failure.read_text().strip()}"
+        if why is not None:
+            raise RuntimeError(f"toolchain {toolchain.label}: {why}")
+        return json.loads((directory / "tasks.json").read_text())

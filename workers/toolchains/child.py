@@ -125,6 +125,45 @@ def build(directory: Path) -> int:
     return 0
 
 
+def tasks(directory: Path) -> int:
+    """The tuning tasks of the job in ``directory`` as this TVM extracts them, for `sweep plan`: ``tasks.json``
+    with the records' scope and per task its name, weight, FLOPs and workload hash (another release's
+    TVM hashes the same PrimFunc differently, so only the job's own release can say what records cover)."""
+    job = pickle.loads((directory / "job.pkl").read_bytes())
+    try:
+        import onnx
+        import tvm
+        from tvm.relax.frontend.onnx import from_onnx
+
+        from workers.tuning.database import make_scope, workload_hash
+        from workers.tuning.stage import tuning_target
+        from workers.tuning.tasks import extract, split_pipeline
+
+        settings = job.tuning_settings
+        target = tuning_target(job.target.tvm_target, settings)
+        model = onnx.load_from_string((directory / "model.onnx").read_bytes())
+        mod = from_onnx(model, shape_dict=job.model.shape_dict, keep_params_in_input=False)
+        front, _ = split_pipeline(job.pipeline, target)
+        with tvm.transform.PassContext(opt_level=job.opt_level), target:
+            fused = front(mod)
+        extracted, infos = extract(fused, target, settings.module_equality)
+        scope = make_scope(target, job.target.board_key, module_equality=settings.module_equality)
+        found = [
+            {
+                "name": i.name,
+                "weight": i.weight,
+                "flops": i.flops,
+                "hash": workload_hash(extracted[i.index].dispatched[0], settings.module_equality),
+            }
+            for i in infos
+        ]
+    except Exception as exc:
+        (directory / "failure.txt").write_text(telling(exc))
+        return 0
+    _write_json(directory / "tasks.json", {"scope": scope.__dict__, "tasks": found})
+    return 0
+
+
 def run(directory: Path) -> int:
     """Load ``program.so`` into a Relax VM on this host's CPU, run "main" on the inputs, time it once."""
     import numpy as np
@@ -149,4 +188,4 @@ def run(directory: Path) -> int:
 if __name__ == "__main__":
     mode, folder = sys.argv[1], Path(sys.argv[2])
     watch_parent()
-    sys.exit({"build": build, "run": run}[mode](folder))
+    sys.exit({"build": build, "run": run, "tasks": tasks}[mode](folder))

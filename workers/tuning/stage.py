@@ -98,12 +98,10 @@ def open_database(
     *,
     model_name: str | None = None,
     source: str | None = None,
-    tvm_version: str | None = None,
 ) -> tuple[Any, str]:
     """The records' MetaSchedule database and its kind for the provenance: "sql", "json" or "memory".
 
     ``model_name`` and ``source`` label what the SQL store keeps (`tuning export --model`, provenance).
-    ``tvm_version``: whose records (default this TVM's; `sweep plan` counts a job of another release's).
     """
     from tvm.s_tir import meta_schedule as ms
 
@@ -118,7 +116,6 @@ def open_database(
             module_equality=module_equality,
             model_name=model_name,
             source=source,
-            tvm_version=tvm_version,
         )
         return db, "sql"
     if kind == "json":
