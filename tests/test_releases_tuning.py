@@ -214,8 +214,10 @@ def _records(store: ResultStore) -> int:
 
 def test_cancel_kills_the_child_keeps_its_records_and_resume_continues(tuned: Tuned, tmp_path: Path) -> None:
     store = ResultStore(f"sqlite:///{tmp_path / 'results.db'}")  # no records yet: it tunes from scratch
-    text = SWEEP.format(label="cancel", model=tuned.tmp / "small_convnet.onnx", budget=BUDGET, release=RELEASE)
-    spec = load_spec(write_sweep(tmp_path, text.replace("num_trials_per_iter = 16", "num_trials_per_iter = 8")))
+    # Two rounds of 4: the cancel comes after the first round's records, the resume runs the rest.
+    budget = BUDGET // 2
+    text = SWEEP.format(label="cancel", model=tuned.tmp / "small_convnet.onnx", budget=budget, release=RELEASE)
+    spec = load_spec(write_sweep(tmp_path, text.replace("num_trials_per_iter = 16", "num_trials_per_iter = 4")))
     cache = ArtifactCache(tmp_path / "artifacts")
     box: list = []
     thread = threading.Thread(
@@ -238,7 +240,7 @@ def test_cancel_kills_the_child_keeps_its_records_and_resume_continues(tuned: Tu
         assert dict(outcome.statuses) == {"ok": 1}, outcome
         t = _build_of(store, spec.sweep_id).tuning
         # It continued from those records (the child counts the valid ones) and ran only the rest.
-        assert t["trials_from_records"] >= 1 and t["trials_run"] + t["trials_from_records"] == BUDGET, t
+        assert t["trials_from_records"] >= 1 and t["trials_run"] + t["trials_from_records"] == budget, t
     finally:
         thread.join(60)
         store.close()
@@ -290,3 +292,71 @@ def test_bridge_hands_stored_records_over_and_stores_only_complete_new_lines(tmp
     rows = store.tuning_records(scope)
     assert sorted((w.workload_hash, r.run_secs[0]) for w, r in rows) == [("111", 1e-3), ("111", 3e-3), ("222", 2e-3)]
     store.close()
+
+
+class _ActorlessFence:
+    """The host fence's own state (workers/fence._HostFenceState) behind Fence's try_hold/release, no Ray."""
+
+    def __init__(self) -> None:
+        from workers.fence import _HostFenceState
+
+        self.state = _HostFenceState()
+
+    def try_hold(self, kind: str, holder: str, ttl_s: float) -> bool:
+        return self.state.try_build(holder, ttl_s) if kind == "build" else self.state.try_time(holder, ttl_s)
+
+    def release(self, holder: str) -> None:
+        self.state.release(holder)
+
+
+@dataclass
+class _ParentHold:
+    fence: _ActorlessFence
+    holder: str
+
+
+def test_bridge_asks_the_host_fence_for_the_child(tmp_path: Path) -> None:
+    fence = _ActorlessFence()
+    assert fence.try_hold("build", "parent", 60) and fence.try_hold("build", "other build", 60)
+    scope = TuningScope(target={"kind": "llvm"}, board_key="host", tvm_version=RELEASE)
+    env = TuningEnv(tracker="", database={"kind": "memory"})
+    job = Job(
+        model=ModelRef(name="m", sha256="0" * 64, source="m.onnx", inputs=()),
+        target=TargetSpec(name="host", tvm_target={"kind": "llvm"}, board_key="host", arch="x86_64"),
+        executor="",
+        opt_level=3,
+        pipeline="default",
+        tuning=8,
+    )
+    bridge = files.RecordsBridge(tmp_path, job, env, "k" * 64, hold=_ParentHold(fence, "parent"), fence=fence)
+    bridge.write_request()
+    assert json.loads((tmp_path / files.REQUEST_FILE).read_text())["fence"] is True
+    (tmp_path / files.SCOPE_FILE).write_text(json.dumps(scope.__dict__))
+    bridge.poll()
+    assert "parent" not in fence.state.builds  # its own build hold would fence out the child's timings
+    child = files.FileFence(tmp_path / files.FENCE_DIR)
+    timed, leave = threading.Event(), threading.Event()
+
+    def time_one() -> None:
+        with child.timing(ttl_s=30):
+            timed.set()
+            leave.wait(30)
+
+    thread = threading.Thread(target=time_one, daemon=True)
+    thread.start()
+    wait_until(lambda: any((tmp_path / files.FENCE_DIR).glob("*.time")), 10, "the child's ask")
+    bridge.poll()
+    assert not timed.is_set() and fence.state.waiting_timers  # another build holds the fence: it waits
+    fence.release("other build")
+    wait_until(lambda: (bridge.poll(), timed.is_set())[1], 10, "the grant once the build let go")
+    assert len(fence.state.timing) == 1 and not fence.try_hold("build", "new build", 60)  # timing alone
+    leave.set()
+    thread.join(10)
+    bridge.poll()
+    assert fence.state.timing == {} and list((tmp_path / files.FENCE_DIR).iterdir()) == []
+    # A child killed while it holds the fence: the parent lets go of it when the child is gone.
+    (tmp_path / files.FENCE_DIR / "dead.time").write_text("30")
+    bridge.poll()
+    assert "dead" in fence.state.timing
+    bridge.close()
+    assert fence.state.timing == {} and fence.try_hold("build", "new build", 60)

@@ -28,7 +28,9 @@ from workers.toolchains.toolchain import Toolchain
 BUILD_TIMEOUT_S = 1800.0  # an untuned build of a large model on a loaded 2-core machine
 RUN_TIMEOUT_S = 600.0
 TRIAL_TIMEOUT_S = 60.0  # a tuned build's time limit grows by this per trial of its budget
-POLL_S = 0.5  # how often a tuned build's records and progress are passed on (a cancel loses at most this)
+# How often a tuned build's records, progress and fence asks are answered (a cancel loses at most this
+# much of its records; each candidate's fence hold waits about this long).
+POLL_S = 0.2
 
 
 def _child(
@@ -105,6 +107,7 @@ def build_in_toolchain(
     model_bytes: bytes,
     *,
     tuning_env: Any = None,
+    hold: Any = None,
     timeout_s: float | None = None,
 ) -> tuple[Build, bytes | None]:
     """Build ``job`` under the toolchain's TVM: the Build its Builder returns there, and the artifact's bytes.
@@ -113,7 +116,8 @@ def build_in_toolchain(
     fails to start, crashes or runs over ``timeout_s`` gives a "build" Build naming the release, no bytes.
     A tuned job (``job.tuning`` > 0) tunes in the child with ``tuning_env`` (a workers.tuning.stage
     TuningEnv; its ``board_key`` the release's boards): its records go in and out of the SQL store here
-    (workers/toolchains/tuning.py), stored as they are measured.
+    (workers/toolchains/tuning.py), stored as they are measured; ``hold`` (this task's build hold) is let
+    go of while it tunes, and the host fence is asked for on its behalf.
     """
     if timeout_s is None:
         timeout_s = BUILD_TIMEOUT_S + TRIAL_TIMEOUT_S * (job.tuning or 0)
@@ -127,7 +131,7 @@ def build_in_toolchain(
             from workers.tuning.stage import TuningEnv
 
             env = tuning_env or TuningEnv(tracker="")
-            bridge = RecordsBridge(directory, job, env, job.build_key(toolchain.tvm_version))
+            bridge = RecordsBridge(directory, job, env, job.build_key(toolchain.tvm_version), hold)
             bridge.write_request()
         try:
             why = _child(toolchain, "build", directory, timeout_s, bridge.poll if bridge else None)

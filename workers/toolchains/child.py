@@ -84,13 +84,14 @@ def tuning_env(directory: Path, job: Any) -> Any:
     return TuningEnv(
         tracker=request["tracker"],
         database={"kind": "json", "path": str(directory / files.RECORDS_DIR)},
-        fence_host=None,  # the fence is a Ray actor; the parent's build hold stays held meanwhile
+        fence_host=None,  # the fence is a Ray actor: asked for through fence_dir, the parent holds it
         avoid=frozenset(request["avoid"]),
         boards=int(request["boards"]),
         profile=request["profile"],
         board_key=request["board_key"],
         builder="local",
         progress_file=str(directory / files.PROGRESS_FILE),
+        fence_dir=str(directory / files.FENCE_DIR) if request.get("fence") else None,
     )
 
 

@@ -15,6 +15,12 @@ build task, bridges the rest through files in the child's folder, polled while t
    measured candidate. Each poll stores the complete new lines in SQL under that scope, so a cancel
    (the Ray task killed, the child with it: ``child.watch_parent``) loses at most one poll's lines.
 4. ``progress.json`` (child -> parent): trials done / budget, passed on to the sweep's progress actor.
+5. ``fence/`` (both ways), when the release's boards share this machine's cores: the host fence is a Ray
+   actor the child cannot reach, so the child asks for a hold by a file (``<holder>.build`` around each
+   candidate compile, ``<holder>.time`` around each timing: ``FileFence``), the parent asks the actor on
+   its behalf each poll and answers ``<holder>.granted``; ``<holder>.done`` lets go. The parent lets go
+   of its own build hold once the child starts (it would fence out the child's timings, as the
+   in-process stage's ``Hold.paused`` avoids), and of whatever the child still held when it ends.
 
 Kept in SQL, the records are the release's (the scope carries its TVM version): the same tuned job
 again reuses them; a job of another release never sees them.
@@ -22,7 +28,12 @@ again reuses them; a job of another release never sees them.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +46,65 @@ SCOPE_FILE = "scope.json"
 READY_FILE = "records.ready"
 PROGRESS_FILE = "progress.json"
 RECORDS_DIR = "records"
+FENCE_DIR = "fence"
+HOLD_KINDS = ("build", "time")
+GRANT_POLL_S = 0.05  # the child's wait for a grant (the parent answers within one of its polls)
+
+
+class FileFence:
+    """The child's host fence: ``building()`` and ``timing()`` as ``workers.fence.Fence`` has them, asked
+    for through files its parent answers (see the module docstring)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    @contextlib.contextmanager
+    def building(self, ttl_s: float = 1800.0) -> Iterator[None]:
+        with self._hold("build", ttl_s, None):
+            yield
+
+    @contextlib.contextmanager
+    def timing(self, ttl_s: float = 300.0, stop: Any = None) -> Iterator[float]:
+        with self._hold("time", ttl_s, stop) as waited:
+            yield waited
+
+    @contextlib.contextmanager
+    def _hold(self, kind: str, ttl_s: float, stop: Any) -> Iterator[float]:
+        holder = uuid.uuid4().hex
+        ask = self.folder / f"{holder}.{kind}"
+        partial = self.folder / f"{holder}.partial"
+        partial.write_text(str(ttl_s))
+        os.replace(partial, ask)  # whole: the parent reads the TTL from it
+        started = time.monotonic()
+        try:
+            while not (self.folder / f"{holder}.granted").exists():
+                if stop is not None and stop():
+                    raise RuntimeError("stopped while waiting for the host fence")
+                time.sleep(GRANT_POLL_S)
+            yield time.monotonic() - started
+        finally:
+            (self.folder / f"{holder}.done").write_text("")
 
 
 class RecordsBridge:
     """Polled by ``build_in_toolchain`` while a tuned child runs; see the module docstring."""
 
-    def __init__(self, directory: Path, job: Job, env: Any, build_key: str) -> None:
+    def __init__(
+        self, directory: Path, job: Job, env: Any, build_key: str, hold: Any = None, fence: Any = None
+    ) -> None:
+        from workers.fence import local_fence
         from workers.tuning.progress import ProgressReporter
 
         self.directory, self.job, self.env = directory, job, env
+        # The host fence, asked on the child's behalf (None: the release's boards do not share our cores).
+        # ``fence``: anything with Fence's try_hold and release (tests); default the host's Ray actor.
+        if fence is None:
+            found = local_fence(env.fence_host)
+            fence = found if found.active else None
+        self._fence = fence
+        self._hold = hold  # this build task's own build hold, let go of while the child tunes
+        self._held: set[str] = set()  # the child's holders granted and not yet let go
         self.records = directory / RECORDS_DIR
         self.source = f"build {build_key[:16]}"
         self.scope: TuningScope | None = None
@@ -64,6 +125,7 @@ class RecordsBridge:
             "avoid": sorted(env.avoid),
             "boards": env.boards,
             "profile": env.profile,
+            "fence": self._fence is not None,
         }
         (self.directory / REQUEST_FILE).write_text(json.dumps(request))
 
@@ -86,6 +148,10 @@ class RecordsBridge:
             if self.sql:
                 self._export()
             (self.directory / READY_FILE).write_text("ready")
+            if self._fence is not None and self._hold is not None:
+                self._hold.fence.release(self._hold.holder)  # or the child's timings would wait for it
+        if self._fence is not None:
+            self._answer_fence()
         if self.scope is not None and self.sql:
             self._store_new()
         progress = _read_progress(self.directory / PROGRESS_FILE)
@@ -94,8 +160,32 @@ class RecordsBridge:
             self._reporter.report(progress[0])
 
     def close(self) -> None:
+        """Let go of what the child still held (it ended, or was killed mid-hold) and close the store."""
+        if self._fence is not None:
+            for holder in self._held:
+                self._fence.release(holder)
+            self._held.clear()
         if self._store is not None:
             self._store.close()
+
+    def _answer_fence(self) -> None:
+        """Ask the host fence for each hold the child wants, tell it when granted, let go when it is done."""
+        assert self._fence is not None
+        folder = self.directory / FENCE_DIR
+        if not folder.is_dir():
+            return
+        for ask in sorted(p for kind in HOLD_KINDS for p in folder.glob(f"*.{kind}")):
+            holder, kind = ask.stem, ask.suffix[1:]
+            if (folder / f"{holder}.done").exists():
+                self._fence.release(holder)
+                self._held.discard(holder)
+                for name in (ask.name, f"{holder}.granted", f"{holder}.done"):
+                    with contextlib.suppress(FileNotFoundError):
+                        (folder / name).unlink()
+            # Not granted yet: asked again every poll (a waiting timer that stops asking stops blocking builds).
+            elif holder not in self._held and self._fence.try_hold(kind, holder, float(ask.read_text())):
+                self._held.add(holder)
+                (folder / f"{holder}.granted").write_text("")
 
     # --- SQL -> files -----------------------------------------------------------------------------
 

@@ -179,6 +179,7 @@ class InProcessBuilder(PyBuilder):
         timeout_s: float = 120.0,
         stats: TuningStats | None = None,
         stop: Any = None,
+        fence: Any = None,
     ) -> None:
         super().__init__()
         self.cross_compiler = cross_compiler
@@ -186,8 +187,11 @@ class InProcessBuilder(PyBuilder):
         self.timeout_s = timeout_s
         self.stats = stats or TuningStats()
         self.stop = stop
+        self.fence = fence  # held (``building()``) around each compile, else the host's fence is
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
+        import contextlib
+
         import tvm
 
         from tvmbench.core.errors import one_line
@@ -198,8 +202,11 @@ class InProcessBuilder(PyBuilder):
             if self.stop is not None and self.stop():
                 results.append(self._failed("build-timeout", "candidate build stopped"))
                 continue
+            hold = self.fence.building() if self.fence is not None else contextlib.nullcontext()
+            fence_host = None if self.fence is not None else self.fence_host
             try:
-                data = compile_candidate(tvm.ir.save_json(bi.mod), str(bi.target), self.cross_compiler, self.fence_host)
+                with hold:
+                    data = compile_candidate(tvm.ir.save_json(bi.mod), str(bi.target), self.cross_compiler, fence_host)
             except Exception as exc:  # the compiler refused the schedule: a failed trial, not a failed job
                 results.append(self._failed("build", one_line(exc)))
                 continue

@@ -59,6 +59,9 @@ class TuningEnv:
     # A file the stage writes trials done / budget to instead of the progress actor (a toolchain's child;
     # its parent passes them on).
     progress_file: str | None = None
+    # A folder through which the host fence is asked for (a toolchain's child, whose parent holds the
+    # Ray fence for it: workers/toolchains/tuning.FileFence); None: the fence of ``fence_host``.
+    fence_dir: str | None = None
 
 
 def tuning_target(tvm_target: dict[str, Any], settings: TuningSettings) -> Any:
@@ -221,11 +224,18 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     started = time.perf_counter()
     todo = [i for i in infos if alloc[i.name] - covered[i.name] > 0]
     if todo:
+        fence = None
+        if env.fence_dir:
+            from workers.toolchains.tuning import FileFence
+
+            fence = FileFence(env.fence_dir)
+        builder_options: dict[str, Any] = {"fence": fence} if fence is not None else {}
         builder = (InProcessBuilder if env.builder == "local" else RayBuilder)(
             cross_compiler=job.target.cross_compiler,
             fence_host=env.fence_host,
             timeout_s=settings.builder_timeout_s,
             stats=stats,
+            **builder_options,
         )
         runner = FarmRunner(
             FarmRunnerConfig(
@@ -234,10 +244,11 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
                 session_timeout_s=settings.runner_timeout_s,
                 device_wait_s=settings.device_wait_s,
                 fence_host=env.fence_host,
-                max_workers=1 if env.fence_host else max(1, env.boards),
+                max_workers=1 if env.fence_host or fence is not None else max(1, env.boards),
             ),
             avoid=env.avoid,
             stats=stats,
+            fence=fence,
         )
         preload_tensor_intrin()  # the first TuneContext imports it: minutes in a loaded process otherwise
         pause = build_hold.paused() if build_hold is not None else contextlib.nullcontext()
