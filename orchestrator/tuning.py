@@ -118,3 +118,41 @@ def plan_tuning(job: Job, model_data: bytes, database: dict[str, str], profile: 
         "trials_to_run": sum(t["trials"] for t in tasks) - covered,
         "database": database.get("kind"),
     }
+
+
+def plan_tuning_in_toolchain(
+    toolchain: Any, job: Job, model_data: bytes, database: dict[str, str], profile: dict[str, Any] | None
+) -> dict:
+    """``plan_tuning`` of a job of another release: its toolchain's child extracts the tasks and hashes them
+    (the installed TVM hashes the same PrimFuncs differently: 0.26.0's conv task is 16415173567576005391
+    there, 3168296938307167444 here), and the stored records of that release's scope are counted here."""
+    from tvmbench.core.records import TuningScope
+    from workers.toolchains.build import tasks_in_toolchain
+    from workers.tuning.tasks import TaskInfo, allocate, profile_shares
+
+    found = tasks_in_toolchain(toolchain, job, model_data)
+    infos = [TaskInfo(t["name"], t["weight"], t["flops"], i) for i, t in enumerate(found["tasks"])]
+    alloc, basis = allocate(infos, job.tuning, job.tuning_settings.max_trials_per_task, profile_shares(profile))
+    stored = [0 for _ in infos]
+    if database.get("kind") == "sql":
+        store = ResultStore(database["url"], never_write=True)
+        try:
+            hashes = [t["hash"] for t in found["tasks"]]
+            coverage = store.tuning_coverage(TuningScope(**found["scope"]), hashes)
+            stored = [coverage[h]["trials"] for h in hashes]
+        finally:
+            store.close()
+    tasks = [
+        {"name": i.name, "weight": i.weight, "flops": i.flops, "trials": alloc[i.name],
+         "covered": min(stored[i.index], alloc[i.name])}
+        for i in infos
+    ]  # fmt: skip
+    covered = sum(t["covered"] for t in tasks)
+    return {
+        "budget": job.tuning,
+        "weights_from": basis,
+        "tasks": tasks,
+        "trials_covered": covered,
+        "trials_to_run": sum(t["trials"] for t in tasks) - covered,
+        "database": database.get("kind"),
+    }

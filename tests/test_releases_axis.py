@@ -185,11 +185,15 @@ def test_axis_entries_are_parsed_at_load_and_malformed_ones_are_one_line(models_
         assert str(caught.value).startswith(message) and "\n" not in str(caught.value), str(caught.value)
 
 
-def test_tuning_in_another_release_is_a_plan_time_error(models_dir: Path) -> None:
-    with pytest.raises(SpecError, match=rf"tuning in toolchain {RELEASE} is not supported yet"):
+def test_tuning_in_another_release_needs_a_cost_model_its_toolchain_has(models_dir: Path) -> None:
+    # The default cost model needs xgboost, which a provisioned toolchain does not have: one line at load.
+    with pytest.raises(SpecError, match=rf'tuning in toolchain {RELEASE} with \[tuning\] cost_model = "xgb"') as caught:
         parse_spec(f"{BASE}tuning = [0, 8]\ntvm = ['{RELEASE}']\n", base=models_dir)
+    assert "\n" not in str(caught.value) and 'cost_model = "random"' in str(caught.value)
     tuned = parse_spec(f"{BASE}tuning = [0, 8]\ntvm = ['{INSTALLED}']\n", base=models_dir)  # the installed one may
     assert tuned.toolchains == (INSTALLED,)
+    random = f"{BASE}tuning = [0, 8]\ntvm = ['{RELEASE}']\n[tuning]\ncost_model = 'random'\n"
+    assert parse_spec(random, base=models_dir).toolchains == (RELEASE,)  # tuned in that release's toolchain
 
 
 def test_plan_lists_the_toolchains_needed_and_which_are_missing(

@@ -145,6 +145,20 @@ class Fence:
         if self._actor is not None:
             self._call("release", holder)
 
+    def try_hold(self, kind: str, holder: str, ttl_s: float) -> bool:
+        """One ask, no wait: a ``"build"`` or ``"time"`` hold for ``holder`` (True: granted, or no fence).
+
+        For a proxy that asks on another process' behalf (workers/toolchains/tuning.py): a waiting timer
+        must ask again within 5 s or it stops blocking builds.
+        """
+        if self._actor is None:
+            return True
+        return bool(self._call("try_build" if kind == "build" else "try_time", holder, ttl_s))
+
+    def release(self, holder: str) -> None:
+        """Let go of ``holder``'s hold (any kind)."""
+        self._release(holder)
+
     @contextlib.contextmanager
     def building(self, ttl_s: float = BUILD_TTL_S) -> Iterator[Hold]:
         """Hold the fence while compiling on this host (shared with other builds)."""

@@ -373,7 +373,8 @@ class SweepRun:
         from workers.tracker_client import key_boards, tracker_summary
         from workers.tuning.stage import TuningEnv
 
-        key = job.target.board_key
+        # The boards that time its candidates: those of its release (the candidates are its artifacts).
+        key = toolchains.board_key(job, self.toolchains)
         try:
             boards = len(key_boards(tracker_summary(self.tracker), key))
         except OSError:
@@ -386,6 +387,7 @@ class SweepRun:
             boards=max(1, boards),
             profile=untuned_profile(self.store, job),
             progress=self.pool.tuning_progress_name,
+            board_key=key,
         )
 
     # --- the driver's pulse -----------------------------------------------------------------------

@@ -68,9 +68,11 @@ def build_one(item: BuildItem, claim: ClaimFn | None, hold: Any, resolve: Any = 
         # A child process under the toolchain's interpreter: two TVM releases cannot share this worker,
         # and a release whose libraries fail takes the child down, not the worker (DESIGN.md, toolchains).
         # No program reuse across it: its fingerprints are its release's, claimed by none of this one's.
+        # A tuned job tunes there too, asking the host fence through this task, which lets go of its own
+        # build hold meanwhile (workers/toolchains/tuning.py).
         from workers.toolchains.build import build_in_toolchain
 
-        build, data = build_in_toolchain(item.toolchain, item.job, model_data)
+        build, data = build_in_toolchain(item.toolchain, item.job, model_data, tuning_env=item.tuning_env, hold=hold)
         return BuildResult(build, data, time.monotonic() - started)
     request = BuildRequest(item.job, model_data, claim=claim, hold=hold, tuning_env=item.tuning_env)
     build, data = item.builder.build(request)

@@ -42,7 +42,7 @@ from orchestrator.spec.measure import parse_measure
 from orchestrator.spec.models import parse_model
 from orchestrator.spec.targets import check_mcu_pairing, check_tunable, parse_target
 from orchestrator.spec.tuning import MAX_TUNING_BUDGET, parse_tuning
-from orchestrator.toolchains import canonical, shown
+from orchestrator.toolchains import INTERPRETER, canonical, shown
 from tvmbench.core.errors import describe_missing
 from tvmbench.core.records import PIPELINES, MeasureSettings, ModelRef, TargetSpec, TuningSettings, canonical_hash
 from workers.executors import registry
@@ -189,7 +189,7 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
     tuning = parse_tuning(data)
     if any(tunings):
         check_tunable(targets, executors)
-        check_tuned_toolchains(toolchains)
+        check_tuned_toolchains(toolchains, tuning)
     check_mcu_pairing(targets, executors)
 
     return SweepSpec(
@@ -235,13 +235,22 @@ def parse_toolchains(value: Any, base: Path) -> tuple[str, ...]:
     return tuple(dict.fromkeys(texts))  # drop duplicates, keep the order the user wrote
 
 
-def check_tuned_toolchains(toolchains: tuple[str, ...]) -> None:
-    """Tuned builds run in the installed toolchain only (the child of workers/toolchains builds untuned)."""
-    other = next((t for t in toolchains if t != installed_version()), None)
+# The cost models' packages: a toolchain tvmbench provisions (a release, a wheel) has neither.
+COST_MODEL_NEEDS = {"xgb": "xgboost", "mlp": "torch"}
+
+
+def check_tuned_toolchains(toolchains: tuple[str, ...], tuning: TuningSettings) -> None:
+    """Tuned builds of another release tune in its toolchain's child (workers/toolchains/tuning.py), whose
+    venv holds TVM, numpy and onnx only: a cost model needing more is refused here for a provisioned one
+    (an interpreter's packages are its own: its child says when it lacks the package)."""
+    needs = COST_MODEL_NEEDS.get(tuning.cost_model)
+    if needs is None:
+        return
+    other = next((t for t in toolchains if t != installed_version() and not t.startswith(INTERPRETER)), None)
     if other is not None:
         raise SpecError(
-            f"axes.tvm: tuning in toolchain {shown(other)} is not supported yet (tuned builds run in the installed "
-            f"TVM {installed_version()} only): drop the tuning axis or that release"
+            f'axes.tvm: tuning in toolchain {shown(other)} with [tuning] cost_model = "{tuning.cost_model}" needs '
+            f'{needs}, which a provisioned toolchain lacks: set [tuning] cost_model = "random"'
         )
 
 

@@ -139,16 +139,20 @@ def _default_target_note(spec: SweepSpec) -> str | None:
 
 def _tuning_plan(store, spec: SweepSpec, job) -> dict:
     """Tasks, trials and stored coverage of one tuned job (the front pipeline runs here: seconds)."""
-    from orchestrator.tuning import plan_tuning, records_database, untuned_profile
+    from orchestrator import toolchains
+    from orchestrator.tuning import plan_tuning, plan_tuning_in_toolchain, records_database, untuned_profile
     from workers.build_common import tvm_versions
 
     try:
-        return plan_tuning(
-            job,
-            spec.model_paths[job.model.sha256].read_bytes(),
-            records_database(store, home(), job, tvm_versions()[0]),
-            untuned_profile(store, job),
-        )
+        model = spec.model_paths[job.model.sha256].read_bytes()
+        database = records_database(store, home(), job, tvm_versions()[0])
+        foreign = None if job.toolchain is None else toolchains.need(job.toolchain)
+        if foreign is not None and foreign.toolchain is not None and foreign.toolchain.kind != "installed":
+            # Only its own release hashes its tasks as its records are keyed: its child extracts them.
+            return plan_tuning_in_toolchain(foreign.toolchain, job, model, database, untuned_profile(store, job))
+        if foreign is not None and foreign.toolchain is None:
+            return {"budget": job.tuning, "error": f"toolchain {foreign.text} is not added yet", "tasks": []}
+        return plan_tuning(job, model, database, untuned_profile(store, job))
     except Exception as exc:  # the build would fail the same way; the plan says so instead of dying
         from tvmbench.core.errors import one_line
 

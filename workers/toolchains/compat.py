@@ -56,6 +56,26 @@ BUILD_SURFACE: tuple[str, ...] = (
     "tvm.runtime.tensor",
 )
 
+# What a tuned build calls besides (workers/tuning: stage, builder, runner, database), checked by a toolchain's
+# child before it tunes. Present, with the same signatures, in 0.26.0 and 0.27.0.post1 (tune_tasks,
+# extracted_tasks_to_tune_contexts, JSONDatabase, PyRunner/PyBuilder, alloc_argument_common); a tuned
+# 0.26.0 build tunes with the project's code unchanged (tests/test_releases_tuning.py).
+TUNING_SURFACE: tuple[str, ...] = (
+    "tvm.s_tir.meta_schedule.tune_tasks",
+    "tvm.s_tir.meta_schedule.relax_integration.extracted_tasks_to_tune_contexts",
+    "tvm.s_tir.meta_schedule.relax_integration.extract_tasks",
+    "tvm.s_tir.meta_schedule.database.JSONDatabase",
+    "tvm.s_tir.meta_schedule.database.database._PyDatabase",
+    "tvm.s_tir.meta_schedule.builder.PyBuilder",
+    "tvm.s_tir.meta_schedule.runner.PyRunner",
+    "tvm.s_tir.meta_schedule.runner.utils.alloc_argument_common",
+    "tvm.s_tir.meta_schedule.measure_callback.PyMeasureCallback",
+    "tvm.s_tir.transform.RemoveWeightLayoutRewriteBlock",
+    "tvm.relax.transform.MetaScheduleApplyDatabase",
+    "tvm.ir.utils.derived_object",
+    "tvm.rpc.connect_tracker",
+)
+
 # Pass names that a release renamed, old -> the name 0.27 records: the same pass at the same place.
 PASS_RENAMES: dict[str, str] = {"tirx.StmtSimplify": "s_tir.StmtSimplify"}
 
@@ -79,10 +99,11 @@ def _resolve(dotted: str) -> Any:
     raise ImportError(f"no module {parts[0]}")
 
 
-def missing_surface() -> list[str]:
-    """The modules and names of the build path this TVM lacks ("name: why"), [] when it has them all."""
+def missing_surface(*, tuning: bool = False) -> list[str]:
+    """The modules and names of the build path (``tuning``: of the tuning stage) this TVM lacks ("name: why"),
+    [] when it has them all."""
     missing = []
-    for name in (*BUILD_MODULES, *BUILD_SURFACE):
+    for name in TUNING_SURFACE if tuning else (*BUILD_MODULES, *BUILD_SURFACE):
         try:
             if name in BUILD_MODULES:
                 importlib.import_module(name)

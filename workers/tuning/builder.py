@@ -160,3 +160,64 @@ class RayBuilder(PyBuilder):
     def _failed(self, kind: str, message: str) -> BuilderResult:
         self.stats.fail(kind, message)
         return BuilderResult(None, f"{kind}: {message}")
+
+
+@derived_object
+class InProcessBuilder(PyBuilder):
+    """Builds each batch of candidates in this process, one after another: a toolchain's child has no Ray.
+
+    The same ``compile_candidate`` as the Ray tasks, so a candidate is the same ``.so`` either way. Nothing
+    bounds one compile here (``timeout_s`` is kept for the signature); the child's parent bounds the whole
+    build. ``stop()`` true turns the rest of a batch into build errors.
+    """
+
+    def __init__(
+        self,
+        *,
+        cross_compiler: str | None = None,
+        fence_host: str | None = None,
+        timeout_s: float = 120.0,
+        stats: TuningStats | None = None,
+        stop: Any = None,
+        fence: Any = None,
+    ) -> None:
+        super().__init__()
+        self.cross_compiler = cross_compiler
+        self.fence_host = fence_host
+        self.timeout_s = timeout_s
+        self.stats = stats or TuningStats()
+        self.stop = stop
+        self.fence = fence  # held (``building()``) around each compile, else the host's fence is
+
+    def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
+        import contextlib
+
+        import tvm
+
+        from tvmbench.core.errors import one_line
+
+        started = time.perf_counter()
+        results = []
+        for bi in build_inputs:
+            if self.stop is not None and self.stop():
+                results.append(self._failed("build-timeout", "candidate build stopped"))
+                continue
+            hold = self.fence.building() if self.fence is not None else contextlib.nullcontext()
+            fence_host = None if self.fence is not None else self.fence_host
+            try:
+                with hold:
+                    data = compile_candidate(tvm.ir.save_json(bi.mod), str(bi.target), self.cross_compiler, fence_host)
+            except Exception as exc:  # the compiler refused the schedule: a failed trial, not a failed job
+                results.append(self._failed("build", one_line(exc)))
+                continue
+            folder = tempfile.mkdtemp(prefix="tvmbench-cand-")  # its own folder: see the module docstring
+            path = os.path.join(folder, ARTIFACT_NAME)
+            with open(path, "wb") as f:
+                f.write(data)
+            results.append(BuilderResult(path, None))
+        self.stats.add_time("build_s", time.perf_counter() - started)
+        return results
+
+    def _failed(self, kind: str, message: str) -> BuilderResult:
+        self.stats.fail(kind, message)
+        return BuilderResult(None, f"{kind}: {message}")

@@ -59,3 +59,34 @@ class ProgressReporter:
                 self._actor.report.remote(self.build_key, done, self.budget)  # fire and forget
             except Exception:
                 self._actor = None
+
+
+class FileProgress:
+    """``report(done)`` into a JSON file (``{"done", "budget"}``), replaced whole so a reader never sees half.
+
+    A toolchain's child has no Ray: its parent (the build task) reads the file and reports to the actor.
+    """
+
+    def __init__(self, path: str, budget: int) -> None:
+        self.path, self.budget = path, budget
+
+    def report(self, done: int) -> None:
+        import json
+        import os
+
+        partial = f"{self.path}.partial"
+        with open(partial, "w") as f:
+            json.dump({"done": done, "budget": self.budget}, f)
+        os.replace(partial, self.path)
+
+
+def read_progress(path: str) -> tuple[int, int] | None:
+    """(done, budget) from a FileProgress file, None while there is none (or it cannot be read)."""
+    import json
+
+    try:
+        with open(path) as f:
+            value = json.load(f)
+        return int(value["done"]), int(value["budget"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -72,11 +72,14 @@ class FarmRunner(PyRunner):
         avoid: frozenset[str] = frozenset(),
         stats: TuningStats | None = None,
         stop: Any = None,
+        fence: Any = None,
     ) -> None:
         super().__init__()
         self.config = config
         self.stats = stats or TuningStats()
         self.stop = stop
+        # A fence object in place of the host's Ray actor (a toolchain's child: workers/toolchains/tuning.py).
+        self.fence = fence
         self._lock = threading.Lock()
         self._avoid = set(avoid)
         self._streak: Counter = Counter()  # board id -> failures in a row
@@ -124,7 +127,7 @@ class FarmRunner(PyRunner):
         cfg = self.config
         if self.stop is not None and self.stop():
             return self._failed("cancelled", "tuning stopped")
-        fence = Fence(cfg.fence_host)
+        fence = self.fence if self.fence is not None else Fence(cfg.fence_host)
         waited = time.perf_counter()
         try:
             with self._lock:

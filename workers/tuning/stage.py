@@ -53,6 +53,18 @@ class TuningEnv:
     boards: int = 1  # boards of the key: candidates timed at once (1 when fenced)
     profile: dict[str, Any] | None = None  # the untuned build's stored per-kernel profile, if any
     progress: str | None = None  # the sweep's progress actor name
+    # The tracker key candidates are timed on, when not the job's own: a job of another TVM release
+    # times its candidates (that release's artifacts) on boards of ``release_key(key, release)``.
+    board_key: str | None = None
+    # "ray": candidates compile as Ray tasks; "local": in this process, one after another (a toolchain's
+    # child, which has no Ray: workers/toolchains/tuning.py).
+    builder: str = "ray"
+    # A file the stage writes trials done / budget to instead of the progress actor (a toolchain's child;
+    # its parent passes them on).
+    progress_file: str | None = None
+    # A folder through which the host fence is asked for (a toolchain's child, whose parent holds the
+    # Ray fence for it: workers/toolchains/tuning.FileFence); None: the fence of ``fence_host``.
+    fence_dir: str | None = None
 
 
 def tuning_target(tvm_target: dict[str, Any], settings: TuningSettings) -> Any:
@@ -71,6 +83,17 @@ def tuning_target(tvm_target: dict[str, Any], settings: TuningSettings) -> Any:
     spec = json.loads(str(target))
     spec["num-cores"] = settings.num_cores or os.cpu_count() or 1
     return Target(spec)
+
+
+def search_threads() -> int | str:
+    """The search's thread count: MetaSchedule's default ("physical") where psutil is there to count them.
+
+    Its default asks psutil (``ms.utils.cpu_count``), which a toolchain's venv does not have: there, the
+    logical CPUs (on a 2-core machine both are the same).
+    """
+    import importlib.util
+
+    return "physical" if importlib.util.find_spec("psutil") is not None else max(1, os.cpu_count() or 1)
 
 
 def open_database(
@@ -178,9 +201,9 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     from tvm.s_tir import meta_schedule as ms
 
     from tvmbench.core.errors import one_line
-    from workers.tuning.builder import RayBuilder
+    from workers.tuning.builder import InProcessBuilder, RayBuilder
     from workers.tuning.preload import preload_tensor_intrin
-    from workers.tuning.progress import ProgressReporter
+    from workers.tuning.progress import FileProgress, ProgressReporter
     from workers.tuning.runner import FarmRunner, FarmRunnerConfig
 
     preload_tensor_intrin()  # the first TuneContext imports it; TVMScript's inspect.stack() made that minutes
@@ -207,7 +230,11 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
         covered[info.name] = min(stored, alloc[info.name])
         stored_best[info.name] = None if prior_us is None else prior_us / 1e6
     from_records = sum(covered.values())
-    reporter = ProgressReporter(env.progress, job.build_key(tvm.__version__), job.tuning)
+    reporter: Any = (
+        FileProgress(env.progress_file, job.tuning)
+        if env.progress_file
+        else ProgressReporter(env.progress, job.build_key(tvm.__version__), job.tuning)
+    )
     done = {"n": from_records}
     reporter.report(done["n"])
 
@@ -220,29 +247,37 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     started = time.perf_counter()
     todo = [i for i in infos if alloc[i.name] - covered[i.name] > 0]
     if todo:
-        builder = RayBuilder(
+        fence = None
+        if env.fence_dir:
+            from workers.toolchains.tuning import FileFence
+
+            fence = FileFence(env.fence_dir)
+        builder_options: dict[str, Any] = {"fence": fence} if fence is not None else {}
+        builder = (InProcessBuilder if env.builder == "local" else RayBuilder)(
             cross_compiler=job.target.cross_compiler,
             fence_host=env.fence_host,
             timeout_s=settings.builder_timeout_s,
             stats=stats,
+            **builder_options,
         )
         runner = FarmRunner(
             FarmRunnerConfig(
                 tracker=env.tracker,
-                board_key=job.target.board_key,
+                board_key=env.board_key or job.target.board_key,
                 session_timeout_s=settings.runner_timeout_s,
                 device_wait_s=settings.device_wait_s,
                 fence_host=env.fence_host,
-                max_workers=1 if env.fence_host else max(1, env.boards),
+                max_workers=1 if env.fence_host or fence is not None else max(1, env.boards),
             ),
             avoid=env.avoid,
             stats=stats,
+            fence=fence,
         )
         preload_tensor_intrin()  # the first TuneContext imports it: minutes in a loaded process otherwise
         pause = build_hold.paused() if build_hold is not None else contextlib.nullcontext()
         with pause, _work_dir() as work_dir:
             contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-                [extracted[i.index] for i in todo], work_dir, seed=settings.seed
+                [extracted[i.index] for i in todo], work_dir, seed=settings.seed, num_threads=search_threads()
             )
             callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _progress_callback(on_batch)]
             current = {"task": ""}
