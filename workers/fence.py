@@ -85,13 +85,20 @@ class _HostFenceState:
         return {"builds": len(self.builds), "timing": len(self.timing), "waiting_timers": len(self.waiting_timers)}
 
 
+_FENCES: dict[str, Any] = {}  # host -> the fence actor's handle, for this driver's life
+
+
 def create_fence(host: str | None = None) -> str:
     """Create (or find) the fence actor of ``host`` (default: this machine); returns the host name."""
     import ray
 
     host = host or socket.gethostname()
     actor = ray.remote(num_cpus=0)(_HostFenceState)
-    actor.options(name=fence_name(host), namespace=NAMESPACE, get_if_exists=True, lifetime=None).remote()
+    # Kept: Ray deletes a non-detached actor once its last handle goes, name or not, and every hold was
+    # then granted unchecked (builds and tuning candidates' timings were not fenced at all).
+    _FENCES[host] = actor.options(
+        name=fence_name(host), namespace=NAMESPACE, get_if_exists=True, lifetime=None
+    ).remote()
     return host
 
 
