@@ -1,0 +1,260 @@
+"""Which TVM release is fastest here: the same models and build configurations under each release.
+
+FIGURES_PLACEHOLDER
+
+It runs everything real, through the CLI a user would type: ``tvmbench toolchains add`` for each release
+that ``TVMBENCH_HOME`` lacks (timed: that is the provisioning a first run pays), then one ``tvmbench sweep
+run`` per sweep file (Ray builds in a child process under each release's toolchain, the embedded local
+farm with a host board per release, a fresh SQLite database), then ``tvmbench results releases`` (table
+printed, JSON written to the workdir) and a short list of where a release is much slower or faster than
+the release before it.
+
+    PYTHONPATH=. nice -n 5 python benchmarks/releases.py [--quick] [--workdir DIR] [--home DIR]
+
+``--quick`` builds two tiny models from examples/models at one opt_level, to smoke-test the path in a few
+minutes. ``--o3-only`` names models measured at opt_level 3 only (they go into a second sweep file, as an
+axis is a product over every model). ``--arm64`` adds the emulated aarch64 board as a second target
+(off by default: emulated timings prove the path, not the speed, and cost minutes per job).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+TVMBENCH = str(Path(sys.executable).with_name("tvmbench"))
+RELEASES = ("0.27.0.post1", "0.26.0", "0.25.0.post1")
+MODELS = ("light_squeezenet", "light_shufflenet", "light_resnet50")
+QUICK_MODELS = ("tiny_cnn", "conv_gemm_32")
+MUCH = 0.15  # a step this large with a significant verdict is listed in the summary
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--workdir", type=Path, default=Path("/tmp/tvmbench-releases-bench"))
+    p.add_argument("--home", type=Path, help="an existing TVMBENCH_HOME to reuse (default: WORKDIR/home)")
+    p.add_argument("--models", help=f"comma-separated (default: {','.join(MODELS)})")
+    p.add_argument("--releases", default=",".join(RELEASES), help="comma-separated TVM releases")
+    p.add_argument("--opt-levels", default="0,3", help="comma-separated opt_levels (default: 0,3)")
+    p.add_argument("--o3-only", default="", help="models measured at opt_level 3 only (comma-separated)")
+    p.add_argument("--number", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--arm64", action="store_true", help="also the emulated aarch64 board (arm64-emu)")
+    p.add_argument("--quick", action="store_true", help="tiny models from examples/models, opt_level 3 only")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.models = args.models or ",".join(QUICK_MODELS)
+        args.opt_levels = "3"
+    args.models = [m for m in (args.models or ",".join(MODELS)).split(",") if m]
+    args.releases = [r for r in args.releases.split(",") if r]
+    args.o3_only = [m for m in args.o3_only.split(",") if m]
+    try:
+        args.opt_levels = [int(x) for x in args.opt_levels.split(",") if x]
+    except ValueError:
+        p.error(f"--opt-levels {args.opt_levels!r}: give comma-separated integers, as 0,3")
+    unknown = [m for m in args.o3_only if m not in args.models]
+    if unknown:
+        p.error(f"--o3-only {','.join(unknown)}: not among --models {','.join(args.models)}")
+    if not args.releases or not args.models:
+        p.error("give at least one model and one release")
+    return args
+
+
+def model_line(name: str) -> str:
+    """A model of examples/models by its path (absolute: the sweep file lives in the workdir), else one
+    bundled with the onnx package by name."""
+    local = REPO / "examples" / "models" / f"{name}.onnx"
+    return f'path = "{local}"' if local.is_file() else f'onnx = "{name}"'
+
+
+def sweep_toml(name: str, models: list[str], opt_levels: list[int], args: argparse.Namespace) -> str:
+    """One sweep: ``models`` x the releases x ``opt_levels`` x both VM executors, on host (and arm64-emu)."""
+    lines = [f'name = "{name}"', ""]
+    for model in models:
+        lines += ["[[models]]", model_line(model), ""]
+    lines += ["[[targets]]", 'preset = "host"', ""]
+    if args.arm64:
+        lines += ["[[targets]]", 'preset = "arm64-emu"', ""]
+    lines += [
+        "[axes]",
+        f"tvm = [{', '.join(json.dumps(r) for r in args.releases)}]",
+        'executor = ["vm-bytecode", "vm-compiled"]',
+        f"opt_level = [{', '.join(str(o) for o in opt_levels)}]",
+        "",
+        "[measure]",
+        f"number = {args.number}",
+        f"repeat = {args.repeat}",
+        "session_timeout_s = 900",
+        "device_wait_s = 2400",  # one host board per release: a release's jobs queue behind each other
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_sweeps(args: argparse.Namespace) -> list[Path]:
+    """The sweep files under the workdir: every model at ``--opt-levels``, the ``--o3-only`` ones at 3."""
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    full = [m for m in args.models if m not in args.o3_only]
+    out = []
+    for name, models, levels in (
+        ("releases-benchmark", full, args.opt_levels),
+        ("releases-benchmark-o3", args.o3_only, [3]),
+    ):
+        if models:
+            path = args.workdir / f"{name}.toml"
+            path.write_text(sweep_toml(name, models, levels, args))
+            out.append(path)
+    return out
+
+
+def tvmbench(args: list[str], env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([TVMBENCH, *args], env=env, capture_output=True, text=True)
+    if check and proc.returncode not in (0, 1):  # 1: some job failed or a release regressed: still figures
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+        raise SystemExit(f"tvmbench {' '.join(args)} failed (exit {proc.returncode}); its output is above")
+    return proc
+
+
+def provision(releases: list[str], env: dict[str, str]) -> dict[str, float | None]:
+    """``toolchains add`` for each release the home lacks; seconds each (None: there already)."""
+    listed = json.loads(tvmbench(["toolchains", "list", "--json"], env).stdout)
+    have = {t["tvm_version"] for t in listed} | {t["spec"] for t in listed}
+    took: dict[str, float | None] = {}
+    for release in releases:
+        if release in have:
+            took[release] = None
+            continue
+        start = time.perf_counter()
+        proc = tvmbench(["toolchains", "add", release], env, check=False)
+        took[release] = time.perf_counter() - start
+        if proc.returncode:
+            sys.stderr.write(proc.stdout[-2000:] + proc.stderr[-2000:])
+            raise SystemExit(f"tvmbench toolchains add {release} failed (exit {proc.returncode})")
+        print(f"provisioned TVM {release} in {took[release]:.0f} s", flush=True)
+    return took
+
+
+def run_sweep(path: Path, db: str, env: dict[str, str]) -> tuple[str, float, int, dict[str, Any]]:
+    """``tvmbench sweep run --json``: the sweep id, wall seconds, exit status and the JSON it printed."""
+    start = time.perf_counter()
+    cmd = [TVMBENCH, "sweep", "run", str(path), "--db", db, "--json"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    try:
+        out = json.loads(proc.stdout)
+        sweep_id = out["sweep_id"]
+    except (json.JSONDecodeError, KeyError):
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+        raise SystemExit(f"sweep run {path} failed (exit {proc.returncode}); its output is above") from None
+    return sweep_id, wall, proc.returncode, out
+
+
+def _pct(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{(ratio - 1) * 100:+.0f}%"
+
+
+def much_different(rows: list[dict[str, Any]], alpha: float = 0.05) -> list[dict[str, Any]]:
+    """Rows whose step against the release before is over ``MUCH`` and significant (p < alpha, CI off 1)."""
+    out = []
+    for r in rows:
+        ratio, p, lo, hi = r.get("ratio"), r.get("p_value"), r.get("ratio_lo"), r.get("ratio_hi")
+        if ratio is None or p is None or (isinstance(p, float) and math.isnan(p)):
+            continue
+        outside = lo is not None and hi is not None and (lo > 1 or hi < 1)
+        if abs(ratio - 1) > MUCH and p < alpha and outside:
+            out.append(r)
+    return out
+
+
+def print_summary(doc: dict[str, Any]) -> None:
+    rows = doc["rows"]
+    failed = [r for r in rows if r["status"] != "ok"]
+    steps = much_different(rows)
+    print(f"\nmuch slower or faster (> {MUCH * 100:.0f}% and significant) against the release before:")
+    for r in steps:
+        word = "slower" if r["ratio"] > 1 else "faster"
+        print(
+            f"  {r['model']} {r['config']}: TVM {r['release']} {_pct(r['ratio'])} ({word}) than {r['previous']} "
+            f"[{r['ratio_lo']:.3f}, {r['ratio_hi']:.3f}] p {r['p_value']:.2g}; kernels {r['kernels_change']}; "
+            f"passes {r['passes']}"
+        )
+    if not steps:
+        print("  none")
+    for r in failed:
+        print(f"  NOT OK: {r['model']} {r['config']} TVM {r['release']}: {r['status']} ({r['job_key']})")
+    print(
+        "\nper configuration, release medians (ms) and ratio to the newest:\n"
+        + "\n".join(
+            f"  {r['model']:18} {r['config']:28} {r['release']:13} "
+            + ("-" if r["median"] is None else f"{r['median']:9.3f} [{r['median_lo']:.3f}, {r['median_hi']:.3f}]")
+            + f"  x{'-' if r['ratio_to_newest'] is None else format(r['ratio_to_newest'], '.3f')}"
+            for r in rows
+        )
+    )
+
+
+def print_build_seconds(results: list[dict[str, Any]]) -> None:
+    """Compile seconds per release and model (each build ran once, in its release's child process)."""
+    by: dict[tuple[str, str], float] = {}
+    for r in results:
+        if r.get("compile_s") is not None:
+            key = (r["model"], r.get("tvm_version") or "?")
+            by[key] = by.get(key, 0.0) + float(r["compile_s"])
+    print("\ncompile seconds per model and release (every executor and opt_level together):")
+    for (model, release), seconds in sorted(by.items()):
+        print(f"  {model:18} {release:13} {seconds:7.1f} s")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    home = args.home or args.workdir / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    db_path = args.workdir / "results.db"
+    db_path.unlink(missing_ok=True)  # a fresh database: every figure below is measured by this run
+    db = f"sqlite:///{db_path}"
+    env = {**os.environ, "TVMBENCH_HOME": str(home)}
+    env.pop("TVMBENCH_DB", None)
+    env.pop("TVMBENCH_TRACKER", None)  # the embedded farm: a host board per release, started by sweep run
+    load = os.getloadavg()
+    print(f"TVMBENCH_HOME {home}; load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
+    start = time.perf_counter()
+    took = provision(args.releases, env)
+    provision_s = time.perf_counter() - start
+    print(
+        "provisioning: "
+        + ", ".join(f"{r} {'present' if s is None else f'{s:.0f} s'}" for r, s in took.items())
+        + f" ({provision_s:.0f} s in all)",
+        flush=True,
+    )
+    results: list[dict[str, Any]] = []
+    for path in write_sweeps(args):
+        sweep_id, wall, rc, out = run_sweep(path, db, env)
+        counts = out.get("outcome") or {}
+        print(
+            f"sweep {path.name} ({sweep_id}): {wall:.0f} s, exit {rc}; {counts.get('jobs')} jobs, "
+            f"{counts.get('built')} built, statuses {counts.get('statuses')}",
+            flush=True,
+        )
+        results += out.get("results") or []
+    table = tvmbench(["results", "releases", "--db", db, "--wide"], env)
+    print("\n" + table.stdout.rstrip())
+    doc = json.loads(tvmbench(["results", "releases", "--db", db, "--json"], env).stdout)
+    (args.workdir / "releases.json").write_text(json.dumps(doc, indent=2) + "\n")
+    print_summary(doc)
+    print_build_seconds(results)
+    load = os.getloadavg()
+    print(
+        f"\nsettings: number {args.number}, repeat {args.repeat}; wall {time.perf_counter() - start:.0f} s; "
+        f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; JSON: {args.workdir / 'releases.json'}"
+    )
+
+
+if __name__ == "__main__":
+    main()
