@@ -47,6 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--o3-only", default="", help="models measured at opt_level 3 only (comma-separated)")
     p.add_argument("--number", type=int, default=3)
     p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--o3-number", type=int, default=1, help="number of the --o3-only models (default 1)")
+    p.add_argument("--o3-repeat", type=int, default=10, help="repeat of the --o3-only models (default 10)")
+    p.add_argument("--together", action="store_true", help="one sweep over every release (boards measure at once)")
     p.add_argument("--arm64", action="store_true", help="also the emulated aarch64 board (arm64-emu)")
     p.add_argument("--quick", action="store_true", help="tiny models from examples/models, opt_level 3 only")
     args = p.parse_args(argv)
@@ -75,41 +78,52 @@ def model_line(name: str) -> str:
     return f'path = "{local}"' if local.is_file() else f'onnx = "{name}"'
 
 
-def sweep_toml(name: str, models: list[str], opt_levels: list[int], args: argparse.Namespace) -> str:
-    """One sweep: ``models`` x the releases x ``opt_levels`` x both VM executors, on host (and arm64-emu)."""
+def sweep_toml(
+    name: str, models: list[str], releases: list[str], opt_levels: list[int], number: int, repeat: int, arm64: bool
+) -> str:
+    """One sweep: ``models`` x ``releases`` x ``opt_levels`` x both VM executors, on host (and arm64-emu)."""
     lines = [f'name = "{name}"', ""]
     for model in models:
         lines += ["[[models]]", model_line(model), ""]
     lines += ["[[targets]]", 'preset = "host"', ""]
-    if args.arm64:
+    if arm64:
         lines += ["[[targets]]", 'preset = "arm64-emu"', ""]
     lines += [
         "[axes]",
-        f"tvm = [{', '.join(json.dumps(r) for r in args.releases)}]",
+        f"tvm = [{', '.join(json.dumps(r) for r in releases)}]",
         'executor = ["vm-bytecode", "vm-compiled"]',
         f"opt_level = [{', '.join(str(o) for o in opt_levels)}]",
         "",
         "[measure]",
-        f"number = {args.number}",
-        f"repeat = {args.repeat}",
+        f"number = {number}",
+        f"repeat = {repeat}",
         "session_timeout_s = 900",
-        "device_wait_s = 2400",  # one host board per release: a release's jobs queue behind each other
+        "device_wait_s = 2400",
     ]
     return "\n".join(lines) + "\n"
 
 
 def write_sweeps(args: argparse.Namespace) -> list[Path]:
-    """The sweep files under the workdir: every model at ``--opt-levels``, the ``--o3-only`` ones at 3."""
+    """The sweep files under the workdir: every model at ``--opt-levels``, the ``--o3-only`` ones at 3 (with
+    their own ``--o3-number``/``--o3-repeat``). One file per release unless ``--together``: the farm fences
+    each board key on its own, so one sweep over three releases measures on their three host boards at
+    once, on the same two cores (their runs' start times overlap), and each release's timings would carry
+    the others' load."""
     args.workdir.mkdir(parents=True, exist_ok=True)
     full = [m for m in args.models if m not in args.o3_only]
+    groups = [
+        ("releases-benchmark", full, args.opt_levels, args.number, args.repeat),
+        ("releases-benchmark-o3", args.o3_only, [3], args.o3_number, args.o3_repeat),
+    ]
+    batches = [args.releases] if args.together else [[r] for r in args.releases]
     out = []
-    for name, models, levels in (
-        ("releases-benchmark", full, args.opt_levels),
-        ("releases-benchmark-o3", args.o3_only, [3]),
-    ):
-        if models:
-            path = args.workdir / f"{name}.toml"
-            path.write_text(sweep_toml(name, models, levels, args))
+    for name, models, levels, number, repeat in groups:
+        if not models:
+            continue
+        for releases in batches:
+            stem = name if args.together else f"{name}-{releases[0]}"
+            path = args.workdir / f"{stem}.toml"
+            path.write_text(sweep_toml(stem, models, releases, levels, number, repeat, args.arm64))
             out.append(path)
     return out
 
@@ -212,6 +226,29 @@ def print_build_seconds(results: list[dict[str, Any]]) -> None:
         print(f"  {model:18} {release:13} {seconds:7.1f} s")
 
 
+def print_run_load(db_path: Path) -> None:
+    """The 1-minute load average each board saw when its measurements started (the runs record it), and
+    how many runs overlapped a run of another board (0 when each release had its own sweep)."""
+    import sqlite3
+
+    with sqlite3.connect(db_path) as con:
+        runs = con.execute("SELECT board_id, load_avg_1m, started_at, finished_at FROM runs").fetchall()
+    by: dict[str, list[float]] = {}
+    for board, load, _, _ in runs:
+        if load is not None:
+            by.setdefault((board or "?").split("@")[0], []).append(load)
+    overlapping = sum(
+        1
+        for b, _, s, f in runs
+        if s and f and any(b2 != b and s2 and f2 and s2 < f and s < f2 for b2, _, s2, f2 in runs)
+    )
+    print("\nload average (1 min) at the start of each run, per board key: median [min, max]")
+    for board, loads in sorted(by.items()):
+        loads.sort()
+        print(f"  {board:24} {loads[len(loads) // 2]:5.2f} [{loads[0]:.2f}, {loads[-1]:.2f}] over {len(loads)} runs")
+    print(f"  runs overlapping a run on another board: {overlapping} of {len(runs)}")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     home = args.home or args.workdir / "home"
@@ -249,9 +286,11 @@ def main(argv: list[str] | None = None) -> None:
     (args.workdir / "releases.json").write_text(json.dumps(doc, indent=2) + "\n")
     print_summary(doc)
     print_build_seconds(results)
+    print_run_load(db_path)
     load = os.getloadavg()
     print(
-        f"\nsettings: number {args.number}, repeat {args.repeat}; wall {time.perf_counter() - start:.0f} s; "
+        f"\nsettings: number {args.number}, repeat {args.repeat} (--o3-only models: number {args.o3_number}, "
+        f"repeat {args.o3_repeat}); wall {time.perf_counter() - start:.0f} s; "
         f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; JSON: {args.workdir / 'releases.json'}"
     )
 

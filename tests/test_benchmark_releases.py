@@ -25,7 +25,10 @@ def plan(path: Path, home: Path) -> dict:
 def test_quick_sweep_plans_every_release_and_both_vm_executors(tmp_path: Path) -> None:
     args = bench.parse_args(["--quick", "--workdir", str(tmp_path), "--o3-only", "tiny_cnn"])
     paths = bench.write_sweeps(args)
-    assert [p.name for p in paths] == ["releases-benchmark.toml", "releases-benchmark-o3.toml"]
+    # one file per release (so the releases are never measured at once), per opt_level group
+    assert [p.name for p in paths] == [
+        f"releases-benchmark{group}-{r}.toml" for group in ("", "-o3") for r in bench.RELEASES
+    ]
     jobs = [j for p in paths for j in plan(p, tmp_path / "home")["jobs"]]
     # 2 tiny models x 3 releases x 2 executors x opt_level 3: each combination exactly once
     combos = {(j["model"], j["tvm_version"], j["executor"], j["opt_level"]) for j in jobs}
@@ -49,3 +52,11 @@ def test_o3_only_must_name_a_model_of_the_run(tmp_path: Path, capsys: pytest.Cap
         bench.parse_args(["--workdir", str(tmp_path), "--o3-only", "light_vgg19"])
     assert exc.value.code == 2
     assert "--o3-only light_vgg19: not among --models" in capsys.readouterr().err
+
+
+def test_together_puts_every_release_in_one_sweep(tmp_path: Path) -> None:
+    args = bench.parse_args(["--quick", "--workdir", str(tmp_path), "--together"])
+    (path,) = bench.write_sweeps(args)
+    jobs = plan(path, tmp_path / "home")["jobs"]
+    assert {j["tvm_version"] for j in jobs} == set(bench.RELEASES)
+    assert len(jobs) == 12
