@@ -50,6 +50,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--o3-number", type=int, default=1, help="number of the --o3-only models (default 1)")
     p.add_argument("--o3-repeat", type=int, default=10, help="repeat of the --o3-only models (default 10)")
     p.add_argument("--together", action="store_true", help="one sweep over every release (boards measure at once)")
+    p.add_argument(
+        "--no-again", dest="again", action="store_false", help="skip measuring again in the reverse release order"
+    )
+    p.add_argument("--again-only", action="store_true", help="only the reverse-order pass (after a full run)")
     p.add_argument("--arm64", action="store_true", help="also the emulated aarch64 board (arm64-emu)")
     p.add_argument("--quick", action="store_true", help="tiny models from examples/models, opt_level 3 only")
     args = p.parse_args(argv)
@@ -249,12 +253,84 @@ def print_run_load(db_path: Path) -> None:
     print(f"  runs overlapping a run on another board: {overlapping} of {len(runs)}")
 
 
+def run_sweeps(paths: list[Path], db: str, env: dict[str, str]) -> list[dict[str, Any]]:
+    """Each sweep file through ``tvmbench sweep run``, in order; every result row they printed."""
+    results: list[dict[str, Any]] = []
+    for path in paths:
+        sweep_id, wall, rc, out = run_sweep(path, db, env)
+        counts = out.get("outcome") or {}
+        print(
+            f"sweep {path.name} ({sweep_id}): {wall:.0f} s, exit {rc}; {counts.get('jobs')} jobs, "
+            f"{counts.get('built')} built, statuses {counts.get('statuses')}",
+            flush=True,
+        )
+        results += out.get("results") or []
+    return results
+
+
+def again(args: argparse.Namespace, paths: list[Path], env: dict[str, str]) -> None:
+    """Measure the ``--opt-levels`` sweeps once more, releases in the reverse order, into a second database
+    (builds come from the artifact cache), and print both passes' medians side by side. The machine's
+    load drifts while releases are measured one after another: a release that is faster in both orders is
+    faster, one that only wins the quieter slot is not. (Not the ``--o3-only`` models: minutes each.)"""
+    o3 = {p for p in paths if p.name.startswith("releases-benchmark-o3")}
+    db_path = args.workdir / "results-again.db"
+    db_path.unlink(missing_ok=True)
+    print("\nagain, releases in the reverse order (builds from the artifact cache):", flush=True)
+    run_sweeps([p for p in reversed(paths) if p not in o3], f"sqlite:///{db_path}", env)
+    first, second = (
+        json.loads(tvmbench(["results", "list", "--db", f"sqlite:///{path}", "--json"], env).stdout)
+        for path in (args.workdir / "results.db", db_path)
+    )
+    print_passes(first, second)
+    print_run_load(db_path)
+
+
+def _by_config(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], float]:
+    return {
+        (r["model"], r["executor"], r["opt_level"], r.get("tvm_version") or "?"): r["median_ms"]
+        for r in rows
+        if r.get("status") == "ok" and r.get("median_ms") is not None
+    }
+
+
+def print_passes(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> None:
+    """Median ms per configuration and release in both passes, each as a ratio to the newest release too."""
+    a, b = _by_config(first), _by_config(second)
+    head = ["model".ljust(18), "executor".ljust(12), "O", "release".ljust(13)]
+    print("\n  " + " ".join([*head, "pass 1 ms".rjust(10), "x newest", "pass 2 ms".rjust(10), "x newest"]))
+    configs = sorted({k[:3] for k in b})
+    for config in configs:
+        releases = sorted({k[3] for k in b if k[:3] == config} | {k[3] for k in a if k[:3] == config}, key=_vkey)
+        newest = releases[-1]
+        for release in releases:
+            key = (*config, release)
+            cells = []
+            for d in (a, b):
+                base = d.get((*config, newest))
+                cells.append(_f(d.get(key), "10.3f"))
+                cells.append(_f(d[key] / base if key in d and base else None, "8.3f"))
+            print(f"  {config[0]:18} {config[1]:12} {config[2]:>1} {release:13} " + " ".join(cells))
+
+
+def _vkey(version: str) -> tuple[Any, ...]:
+    from tvmbench.answers.releases import version_key
+
+    return version_key(version)
+
+
+def _f(value: float | None, spec: str) -> str:
+    """``value`` in ``spec`` ("10.3f"), or "-" right-aligned to the same width."""
+    return "-".rjust(int(spec.split(".")[0])) if value is None else format(value, spec)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     home = args.home or args.workdir / "home"
     home.mkdir(parents=True, exist_ok=True)
     db_path = args.workdir / "results.db"
-    db_path.unlink(missing_ok=True)  # a fresh database: every figure below is measured by this run
+    if not args.again_only:
+        db_path.unlink(missing_ok=True)  # a fresh database: every figure below is measured by this run
     db = f"sqlite:///{db_path}"
     env = {**os.environ, "TVMBENCH_HOME": str(home)}
     env.pop("TVMBENCH_DB", None)
@@ -270,16 +346,11 @@ def main(argv: list[str] | None = None) -> None:
         + f" ({provision_s:.0f} s in all)",
         flush=True,
     )
-    results: list[dict[str, Any]] = []
-    for path in write_sweeps(args):
-        sweep_id, wall, rc, out = run_sweep(path, db, env)
-        counts = out.get("outcome") or {}
-        print(
-            f"sweep {path.name} ({sweep_id}): {wall:.0f} s, exit {rc}; {counts.get('jobs')} jobs, "
-            f"{counts.get('built')} built, statuses {counts.get('statuses')}",
-            flush=True,
-        )
-        results += out.get("results") or []
+    paths = write_sweeps(args)
+    if args.again_only:  # the first pass is in WORKDIR/results.db already (an earlier run of the same options)
+        again(args, paths, env)
+        return
+    results = run_sweeps(paths, db, env)
     table = tvmbench(["results", "releases", "--db", db, "--wide"], env)
     print("\n" + table.stdout.rstrip())
     doc = json.loads(tvmbench(["results", "releases", "--db", db, "--json"], env).stdout)
@@ -287,6 +358,8 @@ def main(argv: list[str] | None = None) -> None:
     print_summary(doc)
     print_build_seconds(results)
     print_run_load(db_path)
+    if args.again:
+        again(args, paths, env)
     load = os.getloadavg()
     print(
         f"\nsettings: number {args.number}, repeat {args.repeat} (--o3-only models: number {args.o3_number}, "
