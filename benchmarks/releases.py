@@ -1,10 +1,10 @@
 """Which TVM release is fastest here: the same models and build configurations under each release.
 
 Measured on this machine (2 cores, shared with other sessions; x86_64 host board; the light models bundled
-with onnx 1.23.2) on 2026-12-02 with
-``--o3-only light_resnet50`` and the defaults: number 3, repeat 10 (ResNet: number 1, repeat 10), one
-sweep per release in the order 0.27.0.post1, 0.26.0, 0.25.0.post1, then the light models again in the
-reverse order into a second database. Toolchains were provisioned by ``toolchains add`` in 13 s (0.26.0)
+with onnx 1.23.2) on 2026-12-02 with ``--o3-only light_resnet50 --per-release --again`` (the second pass
+run as ``--again-only``): number 3, repeat 10 (ResNet: number 1, repeat 10), one sweep per release in the
+order 0.27.0.post1, 0.26.0, 0.25.0.post1, then the light models again in the reverse order into a second
+database. Toolchains were provisioned by ``toolchains add`` in 13 s (0.26.0)
 and 12 s (0.25.0.post1), fast because pip had their wheels cached from earlier provisioning on this
 machine (the installed 0.27.0.post1 needs none); pass 1 took 819 s
 of wall time, pass 2 501 s. Medians in ms with their 95 % bootstrap CIs; x0.27: ratio to 0.27.0.post1;
@@ -49,19 +49,27 @@ What this says:
   1.01x-1.24x slower on shufflenet in both passes (pass 2 at a lower load than 0.27's): a few percent
   up to about 15 % is plausible, not proven, on this shared machine. ResNet-50 is the same within its
   wide CIs (4.3-5.2 s per inference untuned). 0.27 builds about 1.5-2x faster than 0.26 and 0.25.
-- One sweep over the three releases (``--together``) would measure the three host boards at the same
-  time: the farm's fence serialises measurements per board key, and each release's host board has its
-  own key, so their runs overlap on the same two cores (seen in a --quick run). That is why the default
-  is one sweep per release (0 overlapping runs in both passes above), at the price of load drift
-  between them.
+- These figures were taken with one sweep per release (now ``--per-release``) and a reverse-order
+  pass (now ``--again``), because at the time the farm fenced each board key on its own: one sweep
+  over the three releases timed their three host boards at once on the same two cores (the runs of a
+  --quick run started within a millisecond of each other). Since main's aff9968 every key on this
+  machine's cores shares one measurement slot and the keys take turns, so the default is now one sweep
+  over every release: a --quick run of it timed host, host-tvm0.26.0, host-tvm0.25.0.post1, host, ...
+  in turn, 0 of 12 runs overlapping, each release at the same median load (4.00). That removes the
+  load drift that made the verdicts above; the full matrix has not been measured that way yet (about
+  14 minutes here).
+
+ResNet-50 ran at opt_level 3 only to keep the run short; an estimate sweep (number 1, repeat 3, load ~5)
+timed it at 8.5 s per inference at O0 vm-bytecode, so its O0 jobs would add roughly 8-10 minutes.
 
 It runs everything real, through the CLI a user would type: ``tvmbench toolchains add`` for each release
-that ``TVMBENCH_HOME`` lacks (timed: that is the provisioning a first run pays), then one ``tvmbench sweep
-run`` per sweep file and release (Ray builds in a child process under each release's toolchain, the embedded local
-farm with a host board per release, a fresh SQLite database), then ``tvmbench results releases`` (table
+that ``TVMBENCH_HOME`` lacks (timed: that is the provisioning a first run pays), then ``tvmbench sweep run``
+of one sweep over every release (Ray builds in a child process under each release's toolchain, the
+embedded local farm with a host board per release taking turns on the cores, a fresh SQLite database;
+the ``--o3-only`` models in a second sweep), then ``tvmbench results releases`` (table
 printed, JSON written to the workdir) and a short list of where a release is much slower or faster than
-the release before it; then it builds and measures the ``--opt-levels`` sweeps again in the reverse
-release order (``--no-again`` skips that) and prints both passes side by side.
+the release before it. ``--per-release`` runs one sweep per release instead, and ``--again`` then builds
+and measures the ``--opt-levels`` sweeps again in the reverse release order and prints both passes.
 
     PYTHONPATH=. nice -n 5 python benchmarks/releases.py [--quick] [--workdir DIR] [--home DIR]
 
@@ -103,10 +111,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--o3-number", type=int, default=1, help="number of the --o3-only models (default 1)")
     p.add_argument("--o3-repeat", type=int, default=10, help="repeat of the --o3-only models (default 10)")
-    p.add_argument("--together", action="store_true", help="one sweep over every release (boards measure at once)")
     p.add_argument(
-        "--no-again", dest="again", action="store_false", help="skip measuring again in the reverse release order"
+        "--per-release", dest="together", action="store_false", help="one sweep per release, one after another"
     )
+    p.add_argument("--again", action="store_true", help="then measure again in the reverse release order")
     p.add_argument("--again-only", action="store_true", help="only the reverse-order pass (after a full run)")
     p.add_argument("--arm64", action="store_true", help="also the emulated aarch64 board (arm64-emu)")
     p.add_argument("--quick", action="store_true", help="tiny models from examples/models, opt_level 3 only")
@@ -124,6 +132,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [m for m in args.o3_only if m not in args.models]
     if unknown:
         p.error(f"--o3-only {','.join(unknown)}: not among --models {','.join(args.models)}")
+    if (args.again or args.again_only) and args.together:
+        p.error("--again measures per-release sweeps again in the reverse order: give --per-release too")
     if not args.releases or not args.models:
         p.error("give at least one model and one release")
     return args
@@ -163,10 +173,9 @@ def sweep_toml(
 
 def write_sweeps(args: argparse.Namespace) -> list[Path]:
     """The sweep files under the workdir: every model at ``--opt-levels``, the ``--o3-only`` ones at 3 (with
-    their own ``--o3-number``/``--o3-repeat``). One file per release unless ``--together``: the farm fences
-    each board key on its own, so one sweep over three releases measures on their three host boards at
-    once, on the same two cores (their runs' start times overlap), and each release's timings would carry
-    the others' load."""
+    their own ``--o3-number``/``--o3-repeat``). One file for every release: the farm's host boards of
+    the releases share one measurement slot and take turns, so load drift falls on every release alike;
+    with ``--per-release`` one file per release (run one after another: no overlap, but drift between)."""
     args.workdir.mkdir(parents=True, exist_ok=True)
     full = [m for m in args.models if m not in args.o3_only]
     groups = [

@@ -23,9 +23,9 @@ def plan(path: Path, home: Path) -> dict:
 
 
 def test_quick_sweep_plans_every_release_and_both_vm_executors(tmp_path: Path) -> None:
-    args = bench.parse_args(["--quick", "--workdir", str(tmp_path), "--o3-only", "tiny_cnn"])
+    args = bench.parse_args(["--quick", "--workdir", str(tmp_path), "--o3-only", "tiny_cnn", "--per-release"])
     paths = bench.write_sweeps(args)
-    # one file per release (so the releases are never measured at once), per opt_level group
+    # --per-release: one file per release, per opt_level group
     assert [p.name for p in paths] == [
         f"releases-benchmark{group}-{r}.toml" for group in ("", "-o3") for r in bench.RELEASES
     ]
@@ -54,9 +54,16 @@ def test_o3_only_must_name_a_model_of_the_run(tmp_path: Path, capsys: pytest.Cap
     assert "--o3-only light_vgg19: not among --models" in capsys.readouterr().err
 
 
-def test_together_puts_every_release_in_one_sweep(tmp_path: Path) -> None:
-    args = bench.parse_args(["--quick", "--workdir", str(tmp_path), "--together"])
+def test_by_default_every_release_is_in_one_sweep(tmp_path: Path) -> None:
+    args = bench.parse_args(["--quick", "--workdir", str(tmp_path)])
     (path,) = bench.write_sweeps(args)
     jobs = plan(path, tmp_path / "home")["jobs"]
     assert {j["tvm_version"] for j in jobs} == set(bench.RELEASES)
     assert len(jobs) == 12
+
+
+def test_again_needs_per_release(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench.parse_args(["--quick", "--workdir", str(tmp_path), "--again"])
+    assert exc.value.code == 2
+    assert "give --per-release too" in capsys.readouterr().err
