@@ -4,11 +4,11 @@ Measured on this machine (2 cores, shared with other sessions; x86_64 host board
 with onnx 1.23.2) on 2026-12-02 with ``--o3-only light_resnet50 --per-release --again`` (the second pass
 run as ``--again-only``): number 3, repeat 10 (ResNet: number 1, repeat 10), one sweep per release in the
 order 0.27.0.post1, 0.26.0, 0.25.0.post1, then the light models again in the reverse order into a second
-database. Toolchains were provisioned by ``toolchains add`` in 13 s (0.26.0)
-and 12 s (0.25.0.post1), fast because pip had their wheels cached from earlier provisioning on this
-machine (the installed 0.27.0.post1 needs none); pass 1 took 819 s
-of wall time, pass 2 501 s. Medians in ms with their 95 % bootstrap CIs; x0.27: ratio to 0.27.0.post1;
-load: median 1-minute load average when that release's runs started.
+database. Toolchains were provisioned by ``toolchains add`` in 13 s
+(0.26.0) and 12 s (0.25.0.post1), fast because pip had their wheels cached from earlier provisioning on
+this machine (the installed 0.27.0.post1 needs none); pass 1 took 819 s of wall time, pass 2 501 s.
+Medians in ms with their 95 % bootstrap CIs; x0.27: ratio to 0.27.0.post1; load: median 1-minute load
+average when that release's runs started.
 
     model / config            0.25.0.post1            0.26.0                   0.27.0.post1          pass 2 (reversed)
                               ms [95% CI]       x0.27 ms [95% CI]        x0.27 ms [95% CI]          x0.27: .25 / .26
@@ -41,14 +41,16 @@ What this says:
   regression; no step is over 15 % with a significant verdict. But these steps are the machine's load,
   not the release: the pass trace and the kernel count are identical, 0.26.0 was measured at load 5.0
   against 0.27's 2.9, and in the reverse-order pass (0.26.0 at load 18.9) its "slow-down" grew to
-  2-3x. Measured back to back at the same load with per-kernel profiles (squeezenet vm-bytecode O3),
+  1.3-3x. Measured back to back at the same load with per-kernel profiles (squeezenet vm-bytecode O3),
   0.26.0 and 0.27.0.post1 are equal: 336.4 vs 331.5 ms median, kernel sums 347.3 vs 342.8 ms over the
-  same 35 kernel names, each kernel within noise. The verdict's test compares samples within one run;
-  it cannot see load that differs between sweeps.
+  same 35 kernel names, kernel by kernel within about 13 % either way (the largest, a conv2d+add+relu
+  at ~100 ms a run, 97.4 vs 101.8 ms) except one small kernel (9.5 vs 4.8 ms). The verdict's test
+  compares samples within one run; it cannot see load that differs between sweeps.
 - What holds in both orders: 0.27.0.post1 is never slower than an older release here, and 0.25.0.post1 is
   1.01x-1.24x slower on shufflenet in both passes (pass 2 at a lower load than 0.27's): a few percent
   up to about 15 % is plausible, not proven, on this shared machine. ResNet-50 is the same within its
-  wide CIs (4.3-5.2 s per inference untuned). 0.27 builds about 1.5-2x faster than 0.26 and 0.25.
+  wide CIs (4.3-5.2 s per inference untuned). 0.27 compiled about 1.5-2x faster than 0.26 and 0.25
+  (also at a lower load, so by how much is not settled).
 - These figures were taken with one sweep per release (now ``--per-release``) and a reverse-order
   pass (now ``--again``), because at the time the farm fenced each board key on its own: one sweep
   over the three releases timed their three host boards at once on the same two cores (the runs of a
