@@ -99,25 +99,7 @@ def plan_tuning(job: Job, model_data: bytes, database: dict[str, str], profile: 
     extracted, infos = extract(fused, target, settings.module_equality)
     alloc, basis = allocate(infos, job.tuning, settings.max_trials_per_task, profile_shares(profile))
     stored = stored_records_count(database, job, [e.dispatched[0] for e in extracted])
-    tasks = [
-        {
-            "name": i.name,
-            "weight": i.weight,
-            "flops": i.flops,
-            "trials": alloc[i.name],
-            "covered": min(stored[i.index], alloc[i.name]),
-        }
-        for i in infos
-    ]
-    covered = sum(t["covered"] for t in tasks)
-    return {
-        "budget": job.tuning,
-        "weights_from": basis,
-        "tasks": tasks,
-        "trials_covered": covered,
-        "trials_to_run": sum(t["trials"] for t in tasks) - covered,
-        "database": database.get("kind"),
-    }
+    return _tuning_plan(job, infos, alloc, basis, stored, database)
 
 
 def plan_tuning_in_toolchain(
@@ -142,11 +124,23 @@ def plan_tuning_in_toolchain(
             stored = [coverage[h]["trials"] for h in hashes]
         finally:
             store.close()
+    return _tuning_plan(job, infos, alloc, basis, stored, database)
+
+
+def _tuning_plan(
+    job: Job, infos: list[Any], alloc: dict[str, int], basis: str, stored: Any, database: dict[str, str]
+) -> dict:
+    """What `sweep plan` says of a tuned job: each task's trials and how many stored records cover them."""
     tasks = [
-        {"name": i.name, "weight": i.weight, "flops": i.flops, "trials": alloc[i.name],
-         "covered": min(stored[i.index], alloc[i.name])}
+        {
+            "name": i.name,
+            "weight": i.weight,
+            "flops": i.flops,
+            "trials": alloc[i.name],
+            "covered": min(stored[i.index], alloc[i.name]),
+        }
         for i in infos
-    ]  # fmt: skip
+    ]
     covered = sum(t["covered"] for t in tasks)
     return {
         "budget": job.tuning,
