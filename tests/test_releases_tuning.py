@@ -41,7 +41,6 @@ from workers.tracker_client import registered_keys, tracker_summary
 from workers.tuning.stage import TuningEnv
 
 RELEASE = "0.26.0"
-CACHE = Path(os.environ.get("TVMBENCH_TEST_CACHE", Path.home() / ".cache" / "tvmbench-test"))
 BUDGET = 16
 SWEEP = """
 name = "tuned-release"
@@ -61,17 +60,6 @@ repeat = 3
 
 # Real tuning in a child process on 2 shared cores: minutes, past the suite's default per test.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
-
-
-@pytest.fixture(scope="module")
-def cached_home() -> Iterator[Path]:
-    """TVMBENCH_HOME at the test cache for this module (its toolchains outlive the run)."""
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TVMBENCH_HOME", str(CACHE))
-        patch.delenv("TVMBENCH_DB", raising=False)
-        patch.delenv("TVMBENCH_TRACKER", raising=False)
-        yield CACHE
 
 
 @pytest.fixture(scope="module")
