@@ -25,7 +25,7 @@ from orchestrator.plan import plan_jobs
 from orchestrator.scheduler import run_sweep
 from orchestrator.scheduling.events import SweepOutcome
 from orchestrator.spec import SpecError, parse_spec
-from tests.conftest import one_error_line, write_sweep
+from tests.conftest import linked_venv_copy, one_error_line, write_sweep
 from tvmbench.cli import app
 from tvmbench.core.records import Build
 from workers.artifacts import ArtifactCache
@@ -310,12 +310,11 @@ def test_a_board_of_the_release_finishes_it(swept: Swept) -> None:
 @pytest.fixture
 def broken_copy(tvm026: Toolchain, home: Path, tmp_path: Path) -> Iterator[Toolchain]:
     """An interpreter toolchain on a hard-linked copy of the 0.26.0 venv, added in a fresh TVMBENCH_HOME."""
-    copy = tmp_path / "venv-0.26.0"
-    subprocess.run(["cp", "-al", str(Path(tvm026.python).parents[1]), str(copy)], check=True)
+    python = linked_venv_copy(tvm026.python, tmp_path / "venv-0.26.0")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TVMBENCH_HOME", str(home))
         patch.delenv("PYTHONPATH", raising=False)
-        yield provision.add({"python": str(copy / "bin" / "python")})
+        yield provision.add({"python": str(python)})
 
 
 def test_a_toolchain_broken_after_add_ends_its_jobs_as_build_rows_and_the_rest_goes_on(
@@ -340,9 +339,8 @@ def test_run_provisions_a_missing_toolchain_with_progress_lines(tvm026: Toolchai
     """What `sweep run` does before the farm starts (an interpreter toolchain: recorded, not built, so cheap)."""
     from orchestrator import toolchains
 
-    copy = tmp_path / "venv-0.26.0"
-    subprocess.run(["cp", "-al", str(Path(tvm026.python).parents[1]), str(copy)], check=True)
-    text = f"python:{copy / 'bin' / 'python'}"
+    python = linked_venv_copy(tvm026.python, tmp_path / "venv-0.26.0")
+    text = f"python:{python}"
     (wanted,) = toolchains.needs((text,))
     assert wanted.missing and wanted.tvm_version == RELEASE
     with pytest.raises(ToolchainError, match=r"is not added here: `tvmbench toolchains add --python "):
@@ -350,9 +348,9 @@ def test_run_provisions_a_missing_toolchain_with_progress_lines(tvm026: Toolchai
     lines: list[str] = []
     found = toolchains.ensure((text, INSTALLED), progress=lines.append)
     assert found[text].tvm_version == RELEASE and found[INSTALLED].kind == "installed"
-    assert lines[0].startswith(f"toolchain python = {copy / 'bin' / 'python'}: not added here, provisioning it")
+    assert lines[0].startswith(f"toolchain python = {python}: not added here, provisioning it")
     assert any("import check" in line for line in lines), lines
-    assert registry.find({"python": str(copy / "bin" / "python")}) == found[text]  # added: the next run finds it
+    assert registry.find({"python": str(python)}) == found[text]  # added: the next run finds it
     assert toolchains.ensure((text,), provision_missing=False) == {text: found[text]}
 
 

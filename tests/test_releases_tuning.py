@@ -237,13 +237,9 @@ def test_cancel_kills_the_child_keeps_its_records_and_resume_continues(tuned: Tu
 # --- the bridge alone: SQL <-> MetaSchedule's JSON files, no TVM ---------------------------------------
 
 
-def test_bridge_hands_stored_records_over_and_stores_only_complete_new_lines(tmp_path: Path) -> None:
-    store = ResultStore(f"sqlite:///{tmp_path / 'results.db'}")
-    scope = TuningScope(target={"kind": "llvm", "num-cores": 2}, board_key="host", tvm_version=RELEASE)
-    trace = [[["GetBlock", [], [], ["b0"]]], []]
-    stored_wl = store.commit_tuning_workload(scope, "111", "bW9kLWE=", model_name="m")
-    store.commit_tuning_record(stored_wl, [trace, [1e-3], scope.target, [["TENSOR", "float32", [1], 0]]])
-    job = Job(
+def _bridged_job() -> Job:
+    """A tuned job the records bridge can be handed without a model or a build (its tests need neither)."""
+    return Job(
         model=ModelRef(name="m", sha256="0" * 64, source="m.onnx", inputs=()),
         target=TargetSpec(name="host", tvm_target={"kind": "llvm"}, board_key="host", arch="x86_64"),
         executor="",
@@ -251,6 +247,15 @@ def test_bridge_hands_stored_records_over_and_stores_only_complete_new_lines(tmp
         pipeline="default",
         tuning=8,
     )
+
+
+def test_bridge_hands_stored_records_over_and_stores_only_complete_new_lines(tmp_path: Path) -> None:
+    store = ResultStore(f"sqlite:///{tmp_path / 'results.db'}")
+    scope = TuningScope(target={"kind": "llvm", "num-cores": 2}, board_key="host", tvm_version=RELEASE)
+    trace = [[["GetBlock", [], [], ["b0"]]], []]
+    stored_wl = store.commit_tuning_workload(scope, "111", "bW9kLWE=", model_name="m")
+    store.commit_tuning_record(stored_wl, [trace, [1e-3], scope.target, [["TENSOR", "float32", [1], 0]]])
+    job = _bridged_job()
     env = TuningEnv(tracker="", database={"kind": "sql", "url": store.url}, board_key="host-tvm0.26.0")
     folder = tmp_path / "child"
     folder.mkdir()
@@ -308,14 +313,7 @@ def test_bridge_asks_the_host_fence_for_the_child(tmp_path: Path) -> None:
     assert fence.try_hold("build", "parent", 60) and fence.try_hold("build", "other build", 60)
     scope = TuningScope(target={"kind": "llvm"}, board_key="host", tvm_version=RELEASE)
     env = TuningEnv(tracker="", database={"kind": "memory"})
-    job = Job(
-        model=ModelRef(name="m", sha256="0" * 64, source="m.onnx", inputs=()),
-        target=TargetSpec(name="host", tvm_target={"kind": "llvm"}, board_key="host", arch="x86_64"),
-        executor="",
-        opt_level=3,
-        pipeline="default",
-        tuning=8,
-    )
+    job = _bridged_job()
     bridge = files.RecordsBridge(tmp_path, job, env, "k" * 64, hold=_ParentHold(fence, "parent"), fence=fence)
     bridge.write_request()
     assert json.loads((tmp_path / files.REQUEST_FILE).read_text())["fence"] is True

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +24,7 @@ from typer.testing import CliRunner
 
 from orchestrator.plan import plan_jobs
 from orchestrator.spec import parse_spec
-from tests.conftest import TOOLCHAIN_CACHE, one_error_line
+from tests.conftest import TOOLCHAIN_CACHE, linked_venv_copy, one_error_line
 from tvmbench.cli import app
 from tvmbench.core.records import Job
 from workers import model_zoo
@@ -150,13 +149,12 @@ def test_an_interpreter_without_tvm_is_one_line(home: Path) -> None:
 @pytest.fixture
 def broken_copy(tvm026: Toolchain, home: Path, tmp_path: Path) -> Iterator[Toolchain]:
     """An interpreter toolchain on a hard-linked copy of the 0.26.0 venv (cheap; the cache stays whole)."""
-    copy = tmp_path / "venv-0.26.0"
-    subprocess.run(["cp", "-al", str(Path(tvm026.python).parents[1]), str(copy)], check=True)
+    python = linked_venv_copy(tvm026.python, tmp_path / "venv-0.26.0")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TVMBENCH_HOME", str(home))
-        added = invoke("add", "--python", str(copy / "bin" / "python"), "--json")
+        added = invoke("add", "--python", str(python), "--json")
         assert added.exit_code == 0, added.output
-        toolchain = registry.find({"python": str(copy / "bin" / "python")})
+        toolchain = registry.find({"python": str(python)})
         assert toolchain is not None and toolchain.tvm_version == "0.26.0"
         yield toolchain
 
