@@ -33,10 +33,6 @@ def compile_candidate(mod_json: str, target_str: str, cross_compiler: str | None
     """
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
-    from workers.tuning.preload import preload_tensor_intrin
-
-    preload_tensor_intrin()
     from tvm.target import Target
 
     from workers.fence import local_fence
@@ -61,6 +57,21 @@ def compile_candidate(mod_json: str, target_str: str, cross_compiler: str | None
             import shutil
 
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _artifact(data: bytes) -> BuilderResult:
+    """A built candidate, in a folder of its own (see the module docstring)."""
+    folder = tempfile.mkdtemp(prefix="tvmbench-cand-")
+    path = os.path.join(folder, ARTIFACT_NAME)
+    with open(path, "wb") as f:
+        f.write(data)
+    return BuilderResult(path, None)
+
+
+def _failed(stats: TuningStats, kind: str, message: str) -> BuilderResult:
+    """A failed candidate build, counted by kind in the tuning stats."""
+    stats.fail(kind, message)
+    return BuilderResult(None, f"{kind}: {message}")
 
 
 def warm_worker() -> float:
@@ -149,17 +160,12 @@ class RayBuilder(PyBuilder):
 
                 results.append(self._failed("build", one_line(exc)))
                 continue
-            folder = tempfile.mkdtemp(prefix="tvmbench-cand-")
-            path = os.path.join(folder, ARTIFACT_NAME)
-            with open(path, "wb") as f:
-                f.write(data)
-            results.append(BuilderResult(path, None))
+            results.append(_artifact(data))
         self.stats.add_time("build_s", time.perf_counter() - started)
         return results
 
     def _failed(self, kind: str, message: str) -> BuilderResult:
-        self.stats.fail(kind, message)
-        return BuilderResult(None, f"{kind}: {message}")
+        return _failed(self.stats, kind, message)
 
 
 @derived_object
@@ -210,14 +216,9 @@ class InProcessBuilder(PyBuilder):
             except Exception as exc:  # the compiler refused the schedule: a failed trial, not a failed job
                 results.append(self._failed("build", one_line(exc)))
                 continue
-            folder = tempfile.mkdtemp(prefix="tvmbench-cand-")  # its own folder: see the module docstring
-            path = os.path.join(folder, ARTIFACT_NAME)
-            with open(path, "wb") as f:
-                f.write(data)
-            results.append(BuilderResult(path, None))
+            results.append(_artifact(data))
         self.stats.add_time("build_s", time.perf_counter() - started)
         return results
 
     def _failed(self, kind: str, message: str) -> BuilderResult:
-        self.stats.fail(kind, message)
-        return BuilderResult(None, f"{kind}: {message}")
+        return _failed(self.stats, kind, message)
