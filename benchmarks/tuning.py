@@ -24,18 +24,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-LIGHT_MODELS = ("light_shufflenet", "light_squeezenet")
+
+def bundled(name: str) -> bool:
+    """Whether ``name`` is one of the onnx package's light models (light_squeezenet, light_resnet50, ...)."""
+    return name.startswith("light_")
 
 
 def sweep_toml(models: list[str], model_dir: Path, budgets: list[int], args: argparse.Namespace) -> str:
-    """The sweep: the models on host, vm-compiled and the onnxruntime baseline, tuning = [0, budgets...]."""
+    """The sweep: the models on host, vm-compiled and the onnxruntime baseline, tuning = [0, budgets...].
+
+    With ``--kernels``, vm-bytecode too, profiled per kernel (the VM's per-kernel view is vm-bytecode's);
+    its tuned builds take the vm-compiled ones' records, so they cost no trials of their own.
+    """
     lines = ['name = "tuning-benchmark"', ""]
     for name in models:
-        lines += ["[[models]]", f'onnx = "{name}"' if name in LIGHT_MODELS else f'path = "{model_dir / name}.onnx"', ""]
+        lines += ["[[models]]", f'onnx = "{name}"' if bundled(name) else f'path = "{model_dir / name}.onnx"', ""]
     lines += ["[[targets]]", 'preset = "host"', ""]
+    executors = ["vm-compiled", "onnxruntime", *(["vm-bytecode"] if args.kernels else [])]
     lines += [
         "[axes]",
-        'executor = ["vm-compiled", "onnxruntime"]',
+        f"executor = {json.dumps(executors)}",
         "opt_level = [2]",
         'pipeline = ["per-target"]',
         f"tuning = [0, {', '.join(str(b) for b in budgets)}]",
@@ -49,6 +57,7 @@ def sweep_toml(models: list[str], model_dir: Path, budgets: list[int], args: arg
         f"number = {args.number}",
         f"repeat = {args.repeat}",
         "session_timeout_s = 600",
+        *(["profile = true"] if args.kernels else []),
         "device_wait_s = 1800",  # a board may be busy timing candidates of another job for a while
     ]
     return "\n".join(lines) + "\n"
@@ -123,7 +132,59 @@ def figures(db: str, sweep_id: str) -> list[dict[str, Any]]:
         )
     store.close()
     order = {"onnxruntime": 0}
-    return sorted(out, key=lambda x: (x["model"], order.get(x["executor"], 1), x["budget"]))
+    return sorted(out, key=lambda x: (x["model"], order.get(x["executor"], 1), x["executor"], x["budget"]))
+
+
+def kernel_tables(db: str, sweep_id: str) -> dict[str, list[dict[str, Any]]]:
+    """Per model: each kernel's ms per run untuned and in the most-tuned vm-bytecode build (``--kernels``)."""
+    from db.store import ResultStore
+    from tvmbench.answers import query
+
+    store = ResultStore(db)
+    profiles: dict[str, dict[int, dict[str, float]]] = {}
+    for r in query.results(store, sweep_id):
+        if r["executor"] != "vm-bytecode" or r["status"] != "ok":
+            continue
+        detail = query.job_detail(store, r["job_key"], sweep_id) or {}
+        budget = ((detail.get("config") or {}).get("tuning") or {}).get("budget") or 0
+        final = [run for run in detail.get("runs") or [] if run.get("status") == "ok"]
+        profile = (final[-1].get("kernel_profile") or {}) if final else {}
+        if profile.get("available"):
+            kernels = {k["name"]: k["total_ms"] for k in profile["kernels"] if k.get("kind") == "kernel"}
+            profiles.setdefault(r["model"], {})[budget if isinstance(budget, int) else 1 << 30] = kernels
+    store.close()
+    tables = {}
+    for model, by_budget in profiles.items():
+        untuned, tuned = by_budget.get(0, {}), by_budget[max(by_budget)] if len(by_budget) > 1 else {}
+        total = sum(tuned.values()) or 1.0
+        names = sorted(set(untuned) | set(tuned), key=lambda n: -tuned.get(n, untuned.get(n, 0.0)))
+        tables[model] = [
+            {
+                "kernel": n,
+                "untuned_ms": untuned.get(n),
+                "tuned_ms": tuned.get(n),
+                "share_of_tuned": (tuned[n] / total) if n in tuned else None,
+                "speedup": (untuned[n] / tuned[n]) if tuned.get(n) and untuned.get(n) else None,
+            }
+            for n in names
+        ]
+    return tables
+
+
+def print_kernels(tables: dict[str, list[dict[str, Any]]], top: int = 12) -> None:
+    """Where the tuned program's time goes, kernel by kernel, beside the untuned build's."""
+    for model, rows in tables.items():
+        print(f"\n{model}: per-kernel ms per run (vm-bytecode, board-timed), heaviest tuned kernels first")
+        print(f"  {'kernel':44} {'untuned':>9} {'tuned':>9} {'x':>7} {'share':>6}")
+        for r in rows[:top]:
+            share = "-" if r["share_of_tuned"] is None else f"{r['share_of_tuned'] * 100:.0f}%"
+            print(
+                f"  {r['kernel'][:44]:44} {_f(r['untuned_ms'], '.4g'):>9} {_f(r['tuned_ms'], '.4g'):>9} "
+                f"{_f(r['speedup'], '.3g'):>7} {share:>6}"
+            )
+        if len(rows) > top:
+            rest = sum(r["tuned_ms"] or 0.0 for r in rows[top:])
+            print(f"  ... {len(rows) - top} more kernels: {rest:.4g} ms tuned")
 
 
 def _f(value: Any, spec: str = ".3g") -> str:
@@ -139,7 +200,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     print("-" * len(head))
     for r in rows:
         config = "onnxruntime" if r["executor"] == "onnxruntime" else (
-            f"vm-compiled tuned {r['budget']}" if r["budget"] else "vm-compiled untuned"
+            f"{r['executor']} tuned {r['budget']}" if r["budget"] else f"{r['executor']} untuned"
         )  # fmt: skip
         ci = "-" if r["ci"] is None else f"[{r['ci'][0]:.4g}, {r['ci'][1]:.4g}]"
         pct = lambda v: "-" if v is None else f"{v * 100:.0f}%"  # noqa: E731
@@ -160,7 +221,14 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budgets", default="32,64", help="comma-separated trial budgets (0 = untuned is always run)")
-    parser.add_argument("--models", default="small_convnet,light_shufflenet", help="small_convnet and/or light_*")
+    parser.add_argument(
+        "--models",
+        default="small_convnet,light_shufflenet",
+        help="model_zoo names, onnx's light_*",
+    )
+    parser.add_argument(
+        "--kernels", action="store_true", help="also vm-bytecode, profiled per kernel: where the tuned time goes"
+    )
     parser.add_argument("--cost-model", default=None, help="xgb (default when installed), random or mlp")
     parser.add_argument("--trials-per-iter", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
@@ -179,7 +247,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="tvmbench-tuning-bench-"))
     for name in models:
-        if name not in LIGHT_MODELS:
+        if not bundled(name):
             onnx.save(getattr(model_zoo, name)(), work / f"{name}.onnx")
     db = args.db or f"sqlite:///{work / 'results.db'}"
     sweep = work / "tuning.toml"
@@ -189,8 +257,10 @@ def main() -> None:
     print(f"sweep {sweep_id}: {wall:.0f} s wall, exit {code}\n")
     rows = figures(db, sweep_id)
     print_table(rows)
+    kernels = kernel_tables(db, sweep_id) if args.kernels else {}
+    print_kernels(kernels)
     if args.json:
-        print(json.dumps(rows, indent=2, default=str))
+        print(json.dumps({"rows": rows, "kernels": kernels}, indent=2, default=str))
 
 
 if __name__ == "__main__":
