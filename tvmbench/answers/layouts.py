@@ -48,7 +48,8 @@ def side_by_side(
     for r in rows:
         mine = samples.get(_run(r))
         ci = median_ci(mine, confidence, seed=seed)
-        ratio = ratio_ci(best_samples, mine, confidence, seed=seed)
+        # The winner against itself is 1 by definition: no interval to draw.
+        ratio = ratio_ci(best_samples, mine, confidence, seed=seed) if r is not best else None
         entries.append(
             {
                 "layout": r["layout"],
@@ -58,8 +59,8 @@ def side_by_side(
                 "median_lo": ci.lo,
                 "median_hi": ci.hi,
                 "ratio_to_best": float(r["median"]) / float(best["median"]) if best["median"] else None,
-                "ratio_lo": ratio.lo,
-                "ratio_hi": ratio.hi,
+                "ratio_lo": ratio.lo if ratio else None,
+                "ratio_hi": ratio.hi if ratio else None,
                 "fingerprint": r.get("fingerprint"),
             }
         )
@@ -81,8 +82,8 @@ def side_by_side(
         )
     else:
         verdict = (
-            f"{first['layout']} won: {first['config']} {first['median']:.4g} {unit}, "
-            f"{second['layout']} ×{second['ratio_to_best']:.3g} slower ({second['config']})"
+            f"{first['layout']} won: {first['config']} {first['median']:.4g} {unit}; the fastest {second['layout']} "
+            f"({second['config']}) is {second['ratio_to_best']:.3g} times slower"
         )
     for e in entries:
         del e["fingerprint"]

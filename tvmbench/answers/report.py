@@ -204,9 +204,10 @@ def layout_line(layout: dict[str, Any]) -> str:
     name, convs = layout.get("layout"), layout.get("convs", 0)
     if not layout.get("converted"):
         return f"{name}: as imported (no conversion), {convs} conv2d"
+    desired = "; ".join(f"{op}: {', '.join(want)}" for op, want in (layout.get("desired") or {}).items())
     text = (
-        f"{name}: ConvertLayout {layout.get('desired')}: {layout.get('convs_converted', 0)} of {convs} conv2d "
-        f"converted, {layout.get('transposes_added', 0)} transposes added"
+        f"{name}: ConvertLayout ({desired}): {layout.get('convs_converted', 0)} of {convs} conv2d converted, "
+        f"{layout.get('transposes_added', 0)} transposes added"
     )
     if not convs:
         text += " (no conv2d in the model: the conversion is a no-op)"
