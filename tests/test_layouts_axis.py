@@ -150,7 +150,7 @@ def test_a_layout_axis_no_executor_takes_is_refused(models_dir: Path) -> None:
 def test_best_names_the_winning_layout_and_pairs_tuned_with_untuned_of_the_same_layout(db_url: str) -> None:
     from db.store import ResultStore
     from tests.synthetic import Result, add_sweep, noisy
-    from tvmbench.answers import query, ranking, releases
+    from tvmbench.answers import html_report, query, ranking, releases
 
     store = ResultStore(db_url)
     try:
@@ -186,6 +186,12 @@ def test_best_names_the_winning_layout_and_pairs_tuned_with_untuned_of_the_same_
         assert set(grouped["layout"].dropna()) == {"NCHW", "NHWC"}
         configs = {r["config"] for r in releases.releases(store).rows}
         assert "vm-compiled O2 per-target NCHW" in configs and "vm-compiled O2 per-target NHWC" in configs
+        # The report's plots keep the layouts apart: a bar per layout, a trials line per layout.
+        specs = {p.stem.split("-")[0]: p for p in html_report.plot_specs(html_report.sweep_frame(store, "layouts1"))}
+        bars = specs["latency"].draw().axes[0]
+        assert {t.get_text() for t in bars.get_xticklabels()} == {"onnxruntime", "vm-compiled NCHW", "vm-compiled NHWC"}
+        lines = specs["trials"].draw().axes[0].get_legend_handles_labels()[1]
+        assert "vm-compiled NCHW O2 per-target" in lines and "vm-compiled NHWC O2 per-target" in lines, lines
     finally:
         store.close()
 

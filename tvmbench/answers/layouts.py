@@ -20,6 +20,17 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
+def layout_in_executor(group: pd.DataFrame) -> pd.DataFrame:
+    """A layout axis' rows with their layout in the executor's name ("vm-bytecode NHWC"), so each layout is
+    a bar or line of its own; rows without a layout (no axis, the baseline) keep theirs."""
+    if "layout" not in group or not group["layout"].notna().any():
+        return group
+    names = [
+        e + (f" {x}" if isinstance(x, str) else "") for e, x in zip(group["executor"], group["layout"], strict=True)
+    ]
+    return group.assign(executor=names)
+
+
 def fastest_per_layout(contenders: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     """The fastest row of each layout in each ranking group ``keys`` (``contenders`` sorted by median);
     rows without a layout (no axis) are left out."""
