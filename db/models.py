@@ -115,6 +115,9 @@ class Build(Base):
     # params + planned, the RAM the program needs before any runtime overhead.
     params_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
     planned_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The layout axis' conversion (migration 0008, workers/layouts.py): layout, whether ConvertLayout ran,
+    # conv2d found and converted, transposes added. NULL for builds of jobs without a layout.
+    layout: Mapped[dict | None] = mapped_column(JSON, nullable=True)
 
 
 class Board(Base):

@@ -79,6 +79,7 @@ BUILD_FIELDS = (
     "host",
     "memory",
     "tuning",
+    "layout",
 )
 #: What `results show` prints of a build, in this order (pass_trace expanded).
 BUILD_DETAIL_FIELDS = (
@@ -101,6 +102,7 @@ BUILD_DETAIL_FIELDS = (
     "params_bytes",
     "planned_bytes",
     "tuning",
+    "layout",
 )
 
 

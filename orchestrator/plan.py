@@ -17,12 +17,13 @@ from workers.toolchains.boards import release_key
 
 def plan_jobs(spec: SweepSpec) -> list[Job]:
     """Expand the sweep matrix: model x target x executor x opt_level x pipeline (x kernels where taken)
-    (x tuning budget for tunable jobs) (x toolchain with a tvm axis).
+    (x layout for executors that take it) (x tuning budget for tunable jobs) (x toolchain with a tvm axis).
 
     A target pairs only with the executors that accept it (microcontrollers with aot-c, the others with
     the VM executors and the baseline); the kernels axis multiplies only executors that take it. The
     tuning axis applies to tunable jobs only; the others (ONNX Runtime, aot-c, GPU targets) are planned
-    once, untuned.
+    once, untuned. Likewise the layout axis multiplies the Relax VM jobs only (ONNX Runtime and aot-c
+    jobs have no layout).
     """
     jobs = []
     for m, t, e, o, p in itertools.product(spec.models, spec.targets, spec.executors, spec.opt_levels, spec.pipelines):
@@ -30,24 +31,27 @@ def plan_jobs(spec: SweepSpec) -> list[Job]:
         if not entry.accepts(t):
             continue
         budgets = spec.tunings if registry.tunable(e, t.tvm_target) else (0,)
-        for k in [k for k in spec.kernels if k in entry.kernel_paths] or [None]:
-            for budget in budgets:
-                # A job per release, adjacent: the releases of one configuration build one after another.
-                for toolchain in spec.toolchains or (None,):
-                    jobs.append(
-                        Job(
-                            model=m,
-                            target=t,
-                            executor=e,
-                            opt_level=o,
-                            pipeline=p,
-                            measure=spec.measure,
-                            kernels=k,
-                            tuning=budget,
-                            tuning_settings=spec.tuning,
-                            toolchain=toolchain,
-                        )
+        layouts = (spec.layouts if entry.layouts else ()) or (None,)
+        for k, layout, budget in itertools.product(
+            [k for k in spec.kernels if k in entry.kernel_paths] or [None], layouts, budgets
+        ):
+            # A job per release, adjacent: the releases of one configuration build one after another.
+            for toolchain in spec.toolchains or (None,):
+                jobs.append(
+                    Job(
+                        model=m,
+                        target=t,
+                        executor=e,
+                        opt_level=o,
+                        pipeline=p,
+                        measure=spec.measure,
+                        kernels=k,
+                        tuning=budget,
+                        tuning_settings=spec.tuning,
+                        toolchain=toolchain,
+                        layout=layout,
                     )
+                )
     return jobs
 
 
@@ -82,6 +86,7 @@ def plan_rows(spec: SweepSpec, store: ResultStore, needs: list[Need] | None = No
             "tuning": job.tuning,
             # Only with a tvm axis (the plan of other sweeps reads as it did).
             **({"toolchain": job.toolchain, "tvm_version": versions[job.toolchain]} if job.toolchain else {}),
+            **({"layout": job.layout} if job.layout else {}),  # likewise only with a layout axis
         }
         for job, key in zip(jobs, keys, strict=True)
     ]

@@ -29,7 +29,7 @@ def records_database(store: ResultStore, home: Path, job: Job, tvm_version: str)
 
 
 def untuned_profile(store: ResultStore, job: Job) -> dict[str, Any] | None:
-    """The newest stored per-kernel profile of this model's untuned build on the same board key and pipeline.
+    """The newest stored per-kernel profile of this model's untuned build on the same board key, pipeline and layout.
 
     Kernel names then match the tuning tasks' (both come from the same fused module), so the budget
     can follow the measured time. None when no such profile is stored (`[measure] profile = true` on
@@ -53,6 +53,9 @@ def untuned_profile(store: ResultStore, job: Job) -> dict[str, Any] | None:
             if (config or {}).get("tuning") or not (profile or {}).get("available"):
                 continue
             if (config or {}).get("inputs") != [list(i) for i in job.model.inputs]:
+                continue
+            # Another layout has other kernels (no axis is the imported layout, NCHW).
+            if ((config or {}).get("layout") or "NCHW") != (job.layout or "NCHW"):
                 continue
             return profile
     return None
@@ -81,12 +84,14 @@ def stored_records_count(database: dict[str, str], job: Job, mods: list[Any]) ->
 def plan_tuning(job: Job, model_data: bytes, database: dict[str, str], profile: dict[str, Any] | None) -> dict:
     """What `sweep plan` shows for a tuned job: its tasks, their trials, and what records already cover.
 
-    Runs the job's front pipeline (legalize + fuse) to extract the tasks, exactly as the build will.
+    Converts the layout (the layout axis) and runs the job's front pipeline (legalize + fuse) to extract
+    the tasks, exactly as the build will.
     """
     import onnx
     import tvm
     from tvm.relax.frontend.onnx import from_onnx
 
+    from workers.layouts import for_job as convert_layout
     from workers.tuning.stage import tuning_target
     from workers.tuning.tasks import allocate, extract, profile_shares, split_pipeline
 
@@ -95,7 +100,7 @@ def plan_tuning(job: Job, model_data: bytes, database: dict[str, str], profile: 
     mod = from_onnx(onnx.load_from_string(model_data), shape_dict=job.model.shape_dict, keep_params_in_input=False)
     front, _ = split_pipeline(job.pipeline, target)
     with tvm.transform.PassContext(opt_level=job.opt_level), target:
-        fused = front(mod)
+        fused = front(convert_layout(job, mod)[0])
     extracted, infos = extract(fused, target, settings.module_equality)
     alloc, basis = allocate(infos, job.tuning, settings.max_trials_per_task, profile_shares(profile))
     stored = stored_records_count(database, job, [e.dispatched[0] for e in extracted])

@@ -39,6 +39,7 @@ class Result:
     warnings: list[str] = field(default_factory=list)
     tvm: str | None = None  # the release its build ran under (a `tvm` axis value); None: the sweep's TVM
     kernel_count: int | None = None
+    layout: str | None = None  # a `layout` axis value; None: no axis
 
     @property
     def job_key(self) -> str:
@@ -48,6 +49,8 @@ class Result:
             parts.append(self.tuning.get("budget"))
         if self.tvm:  # the tvm axis is part of the job key; results without it keep theirs
             parts.append(["tvm", self.tvm])
+        if self.layout:  # likewise the layout axis
+            parts.append(["layout", self.layout])
         return canonical_hash(parts)
 
 
@@ -124,7 +127,7 @@ def add_sweep(
                 opt_level=r.opt_level,
                 pipeline=r.pipeline,
                 build_key=build_key,
-                config={"emulated": r.emulated},
+                config={"emulated": r.emulated, **({"layout": r.layout} if r.layout else {})},
                 status=r.status,
                 error=r.error,
                 finished_at=created + timedelta(minutes=1),

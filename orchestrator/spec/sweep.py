@@ -17,6 +17,7 @@ A sweep file looks like::
     pipeline = ["per-target"]
 
     tvm = ["0.27.0.post1", "0.26.0"]   # optional: TVM releases, wheel paths or { python = PATH }
+    layout = ["NCHW", "NHWC"]           # optional: data layouts of the Relax VM builds
 
     [measure]
     number = 10
@@ -44,7 +45,15 @@ from orchestrator.spec.targets import check_mcu_pairing, check_tunable, parse_ta
 from orchestrator.spec.tuning import MAX_TUNING_BUDGET, parse_tuning
 from orchestrator.toolchains import INTERPRETER, canonical, shown
 from tvmbench.core.errors import describe_missing
-from tvmbench.core.records import PIPELINES, MeasureSettings, ModelRef, TargetSpec, TuningSettings, canonical_hash
+from tvmbench.core.records import (
+    LAYOUTS,
+    PIPELINES,
+    MeasureSettings,
+    ModelRef,
+    TargetSpec,
+    TuningSettings,
+    canonical_hash,
+)
 from workers.executors import registry
 from workers.executors.registry import KERNEL_PATHS
 from workers.toolchains.boards import installed_version
@@ -72,6 +81,8 @@ class SweepSpec:
     default_target: bool = False  # the file has no [[targets]]: the "host" preset was used
     # The tvm axis: each entry's toolchain text (orchestrator/toolchains.canonical); () without the axis.
     toolchains: tuple[str, ...] = ()
+    # The layout axis (LAYOUTS, in the order written); () without the axis.
+    layouts: tuple[str, ...] = ()
 
     @property
     def sweep_id(self) -> str:
@@ -92,6 +103,8 @@ class SweepSpec:
                 **({"tunings": self.tunings, "tuning": self.tuning.__dict__} if any(self.tunings) else {}),
                 # And only sweeps with a tvm axis carry it.
                 **({"toolchains": self.toolchains} if self.toolchains else {}),
+                # And only sweeps with a layout axis carry it.
+                **({"layouts": self.layouts} if self.layouts else {}),
             }
         )[:12]
 
@@ -104,6 +117,7 @@ _AXES_DEFAULTS: dict[str, list[Any]] = {
     "kernels": ["c"],
     "tuning": [0],
     "tvm": [],  # no axis: the TVM tvmbench runs on
+    "layout": [],  # no axis: the module as imported, no layout in the keys
 }
 
 
@@ -184,6 +198,7 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
         f"trial budgets: integers from 0 (untuned) to {MAX_TUNING_BUDGET}",
     )
     toolchains = parse_toolchains(axes.get("tvm"), base)
+    layouts = parse_layouts(axes.get("layout"), executors)
     if "tuning" in data and not any(tunings):
         raise SpecError("[tuning]: the sweep tunes nothing; add tuning = [0, 64] (trial budgets) to [axes]")
     tuning = parse_tuning(data)
@@ -210,7 +225,23 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
         input_files=input_files,
         default_target=default_target,
         toolchains=toolchains,
+        layouts=layouts,
     )
+
+
+def parse_layouts(value: Any, executors: tuple[str, ...]) -> tuple[str, ...]:
+    """The layout axis: LAYOUTS values in the order written, () when absent; refused when no executor of
+    the sweep takes it (it would change nothing but the keys)."""
+    if value is None:
+        return ()
+    layouts = axis("axes.layout", value, lambda v: v in LAYOUTS, " or ".join(f'"{x}"' for x in LAYOUTS))
+    if not any(registry.takes_layouts(e) for e in executors):
+        takers = ", ".join(registry.layout_names())
+        raise SpecError(
+            f"axes.layout: no executor of the sweep converts layouts ({', '.join(executors)}); add one of "
+            f"{takers} to axes.executor, or remove axes.layout"
+        )
+    return layouts
 
 
 def parse_toolchains(value: Any, base: Path) -> tuple[str, ...]:

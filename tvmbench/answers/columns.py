@@ -76,20 +76,33 @@ RESULTS = [
 ]
 
 
+def spans_layouts(rows: list[dict[str, Any]]) -> bool:
+    """Whether rows of a layout axis span more than one layout (no layout, ONNX Runtime's, counts as one)."""
+    return any(r.get("layout") for r in rows) and len({r.get("layout") for r in rows}) > 1
+
+
+LAYOUT = Column("layout", "layout", "layout", priority=0)
+
+
 def results(rows: list[dict[str, Any]]) -> list[Column]:
-    """RESULTS, with the TVM release after the pipeline when the rows span more than one (a tvm axis)."""
-    if len({r.get("tvm_version") for r in rows}) < 2:
+    """RESULTS, with the data layout and the TVM release after the pipeline when the rows span more than one
+    (a layout axis, a tvm axis)."""
+    extra = [LAYOUT] if spans_layouts(rows) else []
+    if len({r.get("tvm_version") for r in rows}) > 1:
+        extra.append(Column("tvm", "tvm", "tvm_version", priority=0))
+    if not extra:
         return RESULTS
     at = next(i for i, c in enumerate(RESULTS) if c.key == "pipeline") + 1
-    return [*RESULTS[:at], Column("tvm", "tvm", "tvm_version", priority=0), *RESULTS[at:]]
+    return [*RESULTS[:at], *extra, *RESULTS[at:]]
 
 
 def _tuning_cell(r: dict[str, Any]) -> str:
     return f"{r['tuning']} trials" if r.get("tuning") else "untuned"
 
 
-def plan(tuned: bool, releases: bool = False) -> list[Column]:
-    """`sweep plan`: one row per planned job (orchestrator.plan.plan_rows); ``releases``: the sweep has a tvm axis."""
+def plan(tuned: bool, releases: bool = False, layouts: bool = False) -> list[Column]:
+    """`sweep plan`: one row per planned job (orchestrator.plan.plan_rows); ``releases``: the sweep has a tvm
+    axis; ``layouts``: a layout axis (jobs without a layout, ONNX Runtime's, show "-")."""
     return [
         Column("job", "job", "job_key", priority=0, ident=True),
         Column("model", "model", "model", priority=0, wrap=True),
@@ -98,6 +111,7 @@ def plan(tuned: bool, releases: bool = False) -> list[Column]:
         Column("executor", "executor", "executor", priority=0, wrap=True, text=_executor),
         Column("opt", "opt", "opt_level", priority=0, right=True),
         Column("pipeline", "pipeline", "pipeline", priority=1),
+        *([LAYOUT] if layouts else []),
         *([Column("tuning", "tuning", "tuning", priority=1, text=_tuning_cell)] if tuned else []),
         *([Column("tvm", "tvm", "tvm_version", priority=0)] if releases else []),
         Column("artifact", "artifact", "built", priority=1, text=lambda r: "cached" if r["built"] else "to build"),
@@ -241,6 +255,19 @@ def best(label: str) -> list[Column]:
                text=lambda r: ci(r["runner_up_lo"], r["runner_up_hi"])),
         Column("slowest", "×slowest", "speedup_vs_slowest", priority=2, right=True,
                text=lambda r: fmt(r["speedup_vs_slowest"], 3)),
+    ]  # fmt: skip
+
+
+def layouts(label: str) -> list[Column]:
+    """`results best`, a layout axis: per layout its fastest configuration, median, interval, ×best."""
+    return [
+        Column("layout", "layout", "layout", priority=0),
+        Column("config", "fastest configuration", "config", priority=0, wrap=True,
+               short=lambda e: short_config(e["config"]), legend=CONFIG_LEGEND),
+        Column("median", "median", "median", priority=0, right=True),
+        Column("ci", label, "median_lo", priority=0, text=lambda e: ci(e["median_lo"], e["median_hi"])),
+        Column("x_best", "×best", "ratio_to_best", priority=0, right=True, text=lambda e: fmt(e["ratio_to_best"], 3)),
+        Column("ratio_ci", f"×best {label}", "ratio_lo", priority=1, text=lambda e: ci(e["ratio_lo"], e["ratio_hi"])),
     ]  # fmt: skip
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from tvmbench.answers import query as q
 from tvmbench.answers import ranking, regressions
 from tvmbench.answers import tuning as tuning_answers
+from tvmbench.answers.layouts import layout_in_executor
 from tvmbench.answers.releases import releases as releases_answer
 from tvmbench.answers.releases import version_key
 from tvmbench.answers.stats import median_ci
@@ -68,10 +69,11 @@ def _slug(*parts: Any) -> str:
 
 
 def latency_figure(group: pd.DataFrame, model: str, board_key: str, unit: str, emulated: bool) -> Figure:
-    """Grouped bars: executor on x, one bar per opt_level/pipeline, median with its 95% bootstrap CI."""
+    """Grouped bars: executor (and layout) on x, one bar per opt_level/pipeline, median with its 95% bootstrap CI."""
     import numpy as np
     from matplotlib.figure import Figure
 
+    group = layout_in_executor(group)
     group = group.sort_values(["executor", "opt_level", "pipeline"])
     executors = list(dict.fromkeys(group["executor"]))
     variants = list(dict.fromkeys(zip(group["opt_level"], group["pipeline"], strict=True)))
@@ -116,6 +118,7 @@ def trials_figure(
 
     fig = Figure(figsize=(6.5, 4.2))
     ax = fig.add_subplot()
+    group = layout_in_executor(group)
     work = group.assign(_trials=[int(b) if is_tuned(b) else 0 for b in group["tuning_budget"]])
     for (executor, opt, pipe), line in work.groupby(["executor", "opt_level", "pipeline"], sort=True):
         line = line.sort_values("_trials")
@@ -147,6 +150,7 @@ def releases_figure(group: pd.DataFrame, model: str, board_key: str, unit: str, 
     position = {v: i for i, v in enumerate(order)}
     fig = Figure(figsize=(max(6.5, 1.4 * len(order) + 3), 4.2))
     ax = fig.add_subplot()
+    group = layout_in_executor(group)
     work = group.assign(_budget=[int(b) if tuning_answers.is_tuned(b) else 0 for b in group["tuning_budget"]])
     for (executor, opt, pipe, budget), line in work.groupby(["executor", "opt_level", "pipeline", "_budget"]):
         xs, meds, lo_err, hi_err = [], [], [], []

@@ -60,6 +60,8 @@ _COLUMNS: dict[str, Any] = {
     "executor": m.Job.executor,
     "opt_level": m.Job.opt_level,
     "pipeline": m.Job.pipeline,
+    # The layout axis (NULL for jobs without it: no axis, or an executor that does not take it).
+    "layout": m.Job.config["layout"].as_string(),
     "status": m.Job.status,
     "unit": m.Run.unit,
     "emulated": m.Run.emulated,
@@ -105,6 +107,7 @@ DIMENSIONS: tuple[str, ...] = (
     "executor",
     "opt_level",
     "pipeline",
+    "layout",
     "status",
     "unit",
     "emulated",
@@ -372,6 +375,7 @@ def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None, sweep_tvm:
         "kernels_path": job.config.get("kernels"),  # aot-c: "c" or "llvm" kernel code generation
         "opt_level": job.opt_level,
         "pipeline": job.pipeline,
+        "layout": job.config.get("layout"),  # the layout axis; None without it
         "status": job.status,
         "unit": run.unit if run else "ms",
         "median_ms": run.median if run and run.unit == "ms" else None,

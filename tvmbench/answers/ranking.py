@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select
 
 from db import models as m
+from tvmbench.answers import layouts as layout_answers
 from tvmbench.answers import query as q
 from tvmbench.answers import tuning as tuning_answers
 from tvmbench.answers.stats import DEFAULT_SEED, median_ci
@@ -33,12 +34,15 @@ RANK_KEYS = ["model", "board_key", "unit", "emulated"]
 
 
 def config_name(row: Any, *, release: bool = False) -> str:
-    """A configuration as people say it: "vm-compiled O2 per-target (host)", "... tuned 64 (host)";
-    with ``release`` its TVM too ("... TVM 0.26.0 (host)"), for rankings across several releases."""
-    budget = row.get("tuning_budget") if hasattr(row, "get") else None
+    """A configuration as people say it: "vm-compiled O2 per-target (host)", "... tuned 64 (host)"; its
+    layout when it has one ("... per-target NHWC (host)"); with ``release`` its TVM too ("... TVM 0.26.0
+    (host)"), for rankings across several releases."""
+    get = row.get if hasattr(row, "get") else lambda _k: None
+    budget = get("tuning_budget")
+    layout = f" {get('layout')}" if isinstance(get("layout"), str) else ""
     tuned = f" tuned {int(budget)}" if tuning_answers.is_tuned(budget) else ""
-    tvm = f" TVM {row['tvm_version']}" if release and hasattr(row, "get") and row.get("tvm_version") else ""
-    return f"{row['executor']} O{row['opt_level']} {row['pipeline']}{tuned}{tvm} ({row['target']})"
+    tvm = f" TVM {row['tvm_version']}" if release and get("tvm_version") else ""
+    return f"{row['executor']} O{row['opt_level']} {row['pipeline']}{layout}{tuned}{tvm} ({row['target']})"
 
 
 def latest_sweeps(store: ResultStore, filters: q.Filters) -> dict[tuple[str, str], str]:
@@ -76,6 +80,7 @@ _CANDIDATE_COLUMNS = [
     "executor",
     "opt_level",
     "pipeline",
+    "layout",
     "unit",
     "emulated",
     "median",
@@ -87,6 +92,7 @@ _CANDIDATE_COLUMNS = [
     "tuning_trials",
     "tuning_s",
     "tvm_version",
+    "fingerprint",
 ]
 METRICS = {"steady": "median", "first": "first_ms"}
 
@@ -156,6 +162,9 @@ def rank(
     contenders = df[~is_baseline]
     # Side by side, tuned jobs count even when their program equals another's (records that did not apply).
     every_config = contenders.groupby(RANK_KEYS, sort=True)
+    # The fastest of each layout (a layout axis), identical programs included: a layout that changed
+    # nothing is shown as such, not dropped.
+    per_layout = layout_answers.fastest_per_layout(contenders, RANK_KEYS)
     # A job that reused another's identical program carries the same numbers: rank the program once.
     measured = set(zip(contenders["sweep_id"], contenders["job_key"], strict=True))
     dup = [(s, e) in measured for s, e in zip(contenders["sweep_id"], contenders["equivalent_to"], strict=True)]
@@ -165,7 +174,9 @@ def rank(
     slowest = groups.tail(1).set_index(RANK_KEYS)
     sizes = groups.size().to_dict()
     # Steady state: bootstrap the samples. First inference: one value per run, no interval to draw.
-    samples = _samples(store, [int(r) for r in top2["run_id"].dropna()]) if metric == "steady" else {}
+    wanted = [*top2["run_id"].dropna(), *per_layout["run_id"].dropna()]
+    samples = _samples(store, sorted({int(r) for r in wanted})) if metric == "steady" else {}
+    layout_groups = dict(tuple(per_layout.groupby(RANK_KEYS, sort=False))) if not per_layout.empty else {}
     out: list[dict[str, Any]] = []
     for key, pair in top2.groupby(RANK_KEYS, sort=True):
         model, board_key, unit, emulated = key
@@ -181,6 +192,7 @@ def rank(
             "best": name(top),
             "best_job": top["job_key"],
             "tvm_version": top["tvm_version"],  # the release the winner was built with
+            "layout": _layout(top),  # the winner's data layout (None without a layout axis)
             "best_median": float(top["median"]),
             "best_lo": ci.lo,
             "best_hi": ci.hi,
@@ -191,6 +203,7 @@ def rank(
             "runner_up_lo": None,
             "runner_up_hi": None,
             "runner_up_tvm_version": None,
+            "runner_up_layout": None,
             "uncertain": False,
         }
         verdict = f"{name(top)} is fastest"
@@ -201,7 +214,8 @@ def rank(
             ci2 = median_ci(samples.get(second["run_id"]), confidence, seed=seed)
             row.update(
                 runner_up=name(second), runner_up_median=float(second["median"]), runner_up_lo=ci2.lo,
-                runner_up_hi=ci2.hi, runner_up_tvm_version=second["tvm_version"], **_figures(second, "runner_up"),
+                runner_up_hi=ci2.hi, runner_up_tvm_version=second["tvm_version"], runner_up_layout=_layout(second),
+                **_figures(second, "runner_up"),
             )  # fmt: skip
             if metric == "first":
                 verdict += " at first inference (one run each: no interval, read close figures as a tie)"
@@ -219,8 +233,21 @@ def rank(
         row["verdict"] = verdict
         # Tuned and untuned side by side, with what the tuning cost (empty when nothing was tuned).
         row["tuning"] = tuning_answers.side_by_side(every_config.get_group(key), ort, name)
+        # Which layout won (a layout axis): the fastest of each layout side by side, None without one.
+        group = layout_groups.get(key)
+        row["layouts"] = (
+            None
+            if group is None
+            else layout_answers.side_by_side(group, samples, name, confidence=confidence, seed=seed)
+        )
         out.append(row)
     return out
+
+
+def _layout(row: Any) -> str | None:
+    """A candidate's layout, None for a job without one (NaN in the frame)."""
+    value = row.get("layout")
+    return value if isinstance(value, str) else None
 
 
 def best(

@@ -1,7 +1,7 @@
 """`results releases`: the same configuration built under several TVM releases, side by side.
 
 A *configuration* is what a person would call the same experiment: model, target, board key, executor
-(and its kernels path), opt_level, pipeline, tuning budget, unit and whether the board is emulated. It is
+(and its kernels path), opt_level, pipeline, layout, tuning budget, unit and whether the board is emulated. It is
 grouped by those fields, never by keys: the `tvm` axis is part of the job key and of the build key, so
 the same configuration has a different key per release. The *release* of a result is the TVM its build
 ran under (the Build row's tvm_version; the sweep's for older builds that did not record it).
@@ -40,6 +40,7 @@ CONFIG_KEYS = (
     "kernels",
     "opt_level",
     "pipeline",
+    "layout",
     "tuning_budget",
     "unit",
     "emulated",
@@ -59,6 +60,7 @@ _COLUMNS = [
     "executor",
     "opt_level",
     "pipeline",
+    "layout",
     "status",
     "unit",
     "emulated",
@@ -227,11 +229,12 @@ def _clean(value: Any) -> Any:
 
 
 def config_label(row: dict[str, Any]) -> str:
-    """The configuration without its model and board: "vm-compiled O3 per-target", "... tuned 64"."""
+    """The configuration without its model and board: "vm-compiled O3 per-target", "... NHWC tuned 64"."""
     kernels = f" ({row['kernels']})" if row.get("kernels") else ""
+    layout = f" {row['layout']}" if isinstance(row.get("layout"), str) else ""
     tuned = f" tuned {int(row['tuning_budget'])}" if tuning_answers.is_tuned(row.get("tuning_budget")) else ""
     emulated = " emulated" if row.get("emulated") else ""
-    return f"{row['executor']}{kernels} O{row['opt_level']} {row['pipeline']}{tuned}{emulated}"
+    return f"{row['executor']}{kernels} O{row['opt_level']} {row['pipeline']}{layout}{tuned}{emulated}"
 
 
 def releases(

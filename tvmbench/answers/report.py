@@ -35,7 +35,9 @@ def simple_table(
 def plan_table(console: Console, sweep_id: str, rows: list[dict[str, Any]]) -> None:
     tuned = any(r.get("tuning") for r in rows)
     releases = any(r.get("toolchain") for r in rows)
-    shown = render(console, columns.plan(tuned, releases), rows, f"sweep {short_id(sweep_id)}: {len(rows)} jobs")
+    layouts = any(r.get("layout") for r in rows)
+    title = f"sweep {short_id(sweep_id)}: {len(rows)} jobs"
+    shown = render(console, columns.plan(tuned, releases, layouts), rows, title)
     for r in rows:
         if r.get("tuning_plan"):
             tuning_plan_table(console, r, shown)
@@ -50,6 +52,7 @@ def plan_table(console: Console, sweep_id: str, rows: list[dict[str, Any]]) -> N
                 r["pipeline"],
                 r.get("tuning"),
                 r.get("toolchain"),  # one program per release
+                r.get("layout"),  # and per layout
             )
             for r in rows
             if not r["built"]
@@ -131,7 +134,8 @@ def split_pass_trace(trace: list[str]) -> tuple[list[str], int]:
 def job_detail(console: Console, d: dict[str, Any]) -> None:
     console.print(Text.assemble((f"job {d['job_key']}", "bold"), f" (sweep {d['sweep_id']})"))
     console.print(f"  model {d['model']}  target {d['target']}  board key {d['board_key']}")
-    console.print(f"  executor {d['executor']}  opt_level {d['opt_level']}  pipeline {d['pipeline']}")
+    layout = f"  layout {d['layout']}" if d.get("layout") else ""
+    console.print(f"  executor {d['executor']}  opt_level {d['opt_level']}  pipeline {d['pipeline']}{layout}")
     status = Text(d["status"], style=_STATUS_STYLE.get(d["status"], "red"))
     console.print(Text.assemble("  status ", status, f": {d['error']}" if d.get("error") else ""), highlight=False)
     b = d.get("build")
@@ -152,6 +156,8 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
                 f"{memory['stack_estimate_bytes']})",
                 highlight=False,
             )
+        if b.get("layout"):
+            console.print(f"  layout {layout_line(b['layout'])}", highlight=False)
         if b.get("error"):
             console.print(f"  build error: {b['error']}", highlight=False)
         if b.get("tuning"):
@@ -191,6 +197,23 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
             console.print(
                 Text(f"    {text}"), highlight=False, soft_wrap=not console.is_terminal
             )  # reasons are text, not markup
+
+
+def layout_line(layout: dict[str, Any]) -> str:
+    """A build's layout conversion (workers/layouts.py) in one line."""
+    name, convs = layout.get("layout"), layout.get("convs", 0)
+    if not layout.get("converted"):
+        return f"{name}: as imported (no conversion), {convs} conv2d"
+    desired = "; ".join(f"{op}: {', '.join(want)}" for op, want in (layout.get("desired") or {}).items())
+    text = (
+        f"{name}: ConvertLayout ({desired}): {layout.get('convs_converted', 0)} of {convs} conv2d converted, "
+        f"{layout.get('transposes_added', 0)} transposes added"
+    )
+    if not convs:
+        text += " (no conv2d in the model: the conversion is a no-op)"
+    if layout.get("other_convs"):
+        text += f"; {layout['other_convs']} other convolution(s) (conv1d, conv3d, transposed) left as imported"
+    return text
 
 
 def static_plan_line(memory: dict[str, Any]) -> str:

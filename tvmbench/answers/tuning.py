@@ -1,7 +1,7 @@
 """Answers about MetaSchedule tuning: tuned against untuned, what the tuning cost, and per-build detail.
 
 A tuned job's *untuned counterpart* is the job of the same ranking and configuration (model, target,
-board key, executor, opt_level, pipeline, kernels) with no tuning: the job key minus the tuning. The
+board key, executor, opt_level, pipeline, kernels, layout) with no tuning: the job key minus the tuning. The
 speed-up of tuning is the counterpart's median over the tuned median; its cost is the tuning minutes per
 unit of that speed-up gained, ``tuning_minutes / (speedup - 1)`` (minutes for each "1x faster"), and
 None when tuning gained nothing.
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 # What makes two jobs the same configuration apart from tuning (and the measurement settings, which
 # a sweep holds fixed).
-SAME_CONFIG = ["model", "target", "board_key", "executor", "opt_level", "pipeline"]
+SAME_CONFIG = ["model", "target", "board_key", "executor", "opt_level", "pipeline", "layout"]
 
 
 def is_tuned(budget: Any) -> bool:
@@ -49,12 +49,12 @@ def side_by_side(group: pd.DataFrame, onnxruntime_median: float | None, name: An
     if "tuning_budget" not in group or not any(is_tuned(b) for b in group["tuning_budget"]):
         return []
     rows = group.to_dict("records")
-    untuned = {tuple(r[k] for k in SAME_CONFIG): r for r in rows if not is_tuned(r["tuning_budget"])}
+    untuned = {_config(r): r for r in rows if not is_tuned(r["tuning_budget"])}
     out = []
     for r in sorted(rows, key=lambda x: x["median"]):
         tuned = is_tuned(r["tuning_budget"])
         median = float(r["median"])
-        base = untuned.get(tuple(r[k] for k in SAME_CONFIG)) if tuned else None
+        base = untuned.get(_config(r)) if tuned else None
         speedup = float(base["median"]) / median if base is not None and median else None
         tuning_s = _num(r.get("tuning_s")) if tuned else None
         trials = _num(r.get("tuning_trials")) if tuned else None
@@ -73,6 +73,11 @@ def side_by_side(group: pd.DataFrame, onnxruntime_median: float | None, name: An
             }
         )
     return out
+
+
+def _config(row: dict[str, Any]) -> tuple[Any, ...]:
+    """A row's configuration apart from tuning (a missing layout, NaN in a frame, is no layout)."""
+    return tuple(None if v is None or v != v else v for v in (row.get(k) for k in SAME_CONFIG))
 
 
 def _num(value: Any) -> float | None:

@@ -115,7 +115,10 @@ def explain_job(
         detail["tuning_curve"] = summary
     trace_a = (detail.get("build") or {}).get("pass_trace") or []
     trace_b = ((other or {}).get("build") or {}).get("pass_trace") or []
-    labels = tuple(f"{d['job_key'][:12]} {d['executor']} O{d['opt_level']}" for d in (detail, other or detail))
+    labels = tuple(
+        f"{d['job_key'][:12]} {d['executor']} O{d['opt_level']}" + (f" {d['layout']}" if d.get("layout") else "")
+        for d in (detail, other or detail)
+    )
     return {
         "detail": detail,
         "other": other,

@@ -255,6 +255,9 @@ def results_best(
         return
     analysis_views.print_best(console, rows, confidence, metric)
     tuning_answers.print_side_by_side(console, rows)  # tuned beside untuned, when the sweep tuned
+    from tvmbench.answers.layouts import print_layouts
+
+    print_layouts(console, rows, f"{confidence * 100:.0f}% CI")  # which layout won, with a layout axis
 
 
 @app.command("compare")

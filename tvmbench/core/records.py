@@ -40,6 +40,10 @@ FINAL_STATUSES: tuple[str, ...] = ("ok", *ERROR_KINDS)
 # "generic": relax.get_pipeline("default"), what tvm.compile uses (no FuseOps on CPU).
 PIPELINES: tuple[str, ...] = ("per-target", "generic")
 
+# The data layouts of the layout axis (``[axes] layout``): "NCHW" is the module as imported (ONNX is NCHW),
+# "NHWC" converts its 2-D convolutions before the pipeline (workers/layouts.py).
+LAYOUTS: tuple[str, ...] = ("NCHW", "NHWC")
+
 
 def canonical_json(obj: Any) -> str:
     """The canonical JSON of ``obj``: sorted keys, no whitespace, str() for what JSON has no type for."""
@@ -226,6 +230,9 @@ class Job:
     # release ("0.26.0"), a wheel's absolute path, or "python:" and an interpreter's path. None: no axis,
     # the TVM tvmbench runs on (and the keys every sweep had before the axis).
     toolchain: str | None = None
+    # The data layout of the layout axis (one of LAYOUTS), for executors that take it (the Relax VM);
+    # None: no axis, or an executor without it (the keys every job had before the axis).
+    layout: str | None = None
 
     def build_config(self) -> dict[str, Any]:
         """What determines the compiled program (not how it is measured)."""
@@ -244,6 +251,8 @@ class Job:
             config["tuning"] = build_config_tuning(self)
         if self.toolchain is not None:  # likewise jobs of sweeps without a tvm axis
             config["toolchain"] = self.toolchain
+        if self.layout is not None:  # likewise jobs of sweeps without a layout axis
+            config["layout"] = self.layout
         return config
 
     def _config_members(self) -> dict[str, str]:
@@ -265,6 +274,8 @@ class Job:
                 members["tuning"] = canonical_json(build_config_tuning(self))
             if self.toolchain is not None:
                 members["toolchain"] = _leaf(self.toolchain)
+            if self.layout is not None:
+                members["layout"] = _leaf(self.layout)
             return members
 
         return _once(self, "_members", make)
@@ -330,6 +341,9 @@ class Build:
     # [{name, weight, flops, trials, best_us, records_found}], failed_trials {kind: n}, errors (samples),
     # tuning_s, build_s, board_wait_s, run_s, cost_model, seed, database.
     tuning: dict[str, Any] | None = None
+    # The layout axis' conversion (None without the axis): layout, whether ConvertLayout ran, the desired
+    # layouts it was given, conv2d calls found and converted, transposes it added (workers/layouts.py).
+    layout: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:

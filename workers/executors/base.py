@@ -55,6 +55,9 @@ class Executor:
     kernel_paths: tuple[str, ...] = field(default=(), kw_only=True)
     # The executor the golden model is built with for health checks of its boards; None: no health check.
     golden_executor: str | None = field(default=None, kw_only=True)
+    # Whether its builder converts the data layout (the layout axis, workers/layouts.py); the others
+    # are planned once, without a layout.
+    layouts: bool = field(default=False, kw_only=True)
     # The target kinds its builder tunes (the tuning axis: MetaSchedule on the farm, workers/tuning).
     tunable_kinds: tuple[str, ...] = field(default=(), kw_only=True)
     # What its Runs count in (MS or INSTRUCTIONS).

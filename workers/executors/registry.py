@@ -22,7 +22,7 @@ _RELAX_VM = "workers.executors.relax_vm"
 _ENTRIES: tuple[Executor, ...] = (
     # Both VM modes build and run the same way; exec_mode comes from the name ("bytecode" / "compiled").
     *(
-        Executor(name, module=_RELAX_VM, accepts=not_mcu, golden_executor=name, tunable_kinds=("llvm",))
+        Executor(name, module=_RELAX_VM, accepts=not_mcu, golden_executor=name, tunable_kinds=("llvm",), layouts=True)
         for name in ("vm-bytecode", "vm-compiled")
     ),
     # The golden model is a Relax VM program: boards of the baseline are not health-checked.
@@ -69,6 +69,16 @@ def tunable(name: str, tvm_target: dict[str, Any]) -> bool:
     from workers.targets import target_kind  # a {"tag": ...} target needs TVM to name its kind
 
     return target_kind(tvm_target) in kinds
+
+
+def takes_layouts(name: str) -> bool:
+    """Whether executor ``name`` takes the layout axis (its builder converts the module's layout)."""
+    return get(name).layouts
+
+
+def layout_names() -> tuple[str, ...]:
+    """The executors that take the layout axis, in registry order."""
+    return tuple(e.name for e in _ENTRIES if e.layouts)
 
 
 def tunable_names() -> tuple[str, ...]:

@@ -33,6 +33,7 @@ from workers.artifacts import elf_arch
 from workers.board_session import SessionRunner, check_outputs, ok_run
 from workers.build_common import build_identity, make_target, pass_trace_instrument
 from workers.executors.requests import BuildRequest, MeasureRequest, foreign_toolchain
+from workers.layouts import for_job as convert_layout
 from workers.memory_plan import memory_plan_probe
 from workers.phases import PhaseLog
 from workers.program_index import ClaimFn, reuse_key
@@ -188,7 +189,8 @@ class RelaxVmBuilder:
     def build(self, request: BuildRequest) -> tuple[Build, bytes | None]:
         """Compile one job; returns the build record and the exported library's bytes (None on failure).
 
-        A tuned job (``job.tuning`` > 0): the tuning stage (workers/tuning/stage.py) replaces the pipeline
+        A job of the layout axis has its module converted first (workers/layouts.py), in the traced
+        PassContext. A tuned job (``job.tuning`` > 0): the tuning stage (workers/tuning/stage.py) replaces the pipeline
         inside the same traced PassContext, tuning on the farm ``request.tuning_env`` describes; the
         build's host-fence hold (``request.hold``) is let go while its candidates are timed. With
         ``request.claim``, a program that another build compiles already (same fingerprint) skips codegen
@@ -210,9 +212,12 @@ class RelaxVmBuilder:
         started = time.perf_counter()
         reused_from = None
         tuning: dict[str, Any] | None = None
+        layout: dict[str, Any] | None = None
         try:
             target = make_target(job.target.tvm_target)
             with tvm.transform.PassContext(opt_level=job.opt_level, instruments=[trace, memory]):
+                # The layout axis first: the pipeline, and tuning's task extraction, see the converted module.
+                mod, layout = convert_layout(job, mod)
                 if job.tuning:
                     from workers.tuning.stage import TuningEnv, tuned_lowering
 
@@ -232,6 +237,7 @@ class RelaxVmBuilder:
                 pass_trace=tuple(trace.names),
                 compile_s=time.perf_counter() - started,
                 tuning=getattr(exc, "tuning", tuning),  # a TuningMiss carries what the search found
+                layout=layout,
                 **common,
             ), None
         facts: dict[str, Any] = (
@@ -252,6 +258,7 @@ class RelaxVmBuilder:
             compile_s=time.perf_counter() - started,
             memory=_static_memory(memory),
             tuning=tuning,
+            layout=layout,
             **facts,
             **common,
         ), data

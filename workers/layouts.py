@@ -1,0 +1,97 @@
+"""The layout axis: a Relax module's 2-D convolutions converted to another data layout before the pipeline.
+
+``relax.transform.ConvertLayout`` takes desired layouts only for convolution-like ops: in 0.27 pooling,
+batch norm, resize and the elementwise ops have no desired layout of their own (naming
+``relax.nn.max_pool2d`` fails its ``NoDesiredLayout`` check) and follow the layout of their input
+instead, so converting conv2d carries the pooling and the elementwise chain around it along. Where the
+layout changes back (the model's NCHW input and outputs, a flatten, a conv1d/conv3d), the pass inserts
+``permute_dims``; on weights those are constants, folded by the pipelines that fold (per-target), and run
+per inference by those that do not (generic). The model's interface stays NCHW, so the outputs are still
+checked against ONNX Runtime's.
+
+"NCHW" leaves the module as imported. A model without a conv2d comes out unchanged under either
+layout: its provenance says ``convs_converted: 0`` and its program is the NCHW program (one fingerprint,
+measured once).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tvmbench.core.errors import one_line
+from tvmbench.core.records import LAYOUTS, Job
+
+# What ConvertLayout is given per layout: the feature map's and the kernel's layout of each op.
+DESIRED: dict[str, dict[str, list[str]]] = {"NHWC": {"relax.nn.conv2d": ["NHWC", "OHWI"]}}
+CONV2D = "relax.nn.conv2d"
+# Convolutions the axis leaves as they are (counted, so the provenance says what stayed NCHW).
+OTHER_CONVS = ("relax.nn.conv1d", "relax.nn.conv3d", "relax.nn.conv2d_transpose", "relax.nn.conv1d_transpose")
+TRANSPOSE = "relax.permute_dims"
+
+
+def _census(mod: Any, layout: str) -> dict[str, int]:
+    """Counts of conv2d calls (all, and those in ``layout``), other convolutions and permute_dims calls."""
+    import tvm
+    from tvm import relax
+
+    counts = {"conv2d": 0, "in_layout": 0, "other_convs": 0, "transposes": 0}
+
+    def visit(expr: Any) -> None:
+        if not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op):
+            return
+        name = expr.op.name
+        if name == CONV2D:
+            counts["conv2d"] += 1
+            counts["in_layout"] += int(str(expr.attrs.data_layout) == layout)
+        elif name in OTHER_CONVS:
+            counts["other_convs"] += 1
+        elif name == TRANSPOSE:
+            counts["transposes"] += 1
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    return counts
+
+
+def convert(mod: Any, layout: str) -> tuple[Any, dict[str, Any]]:
+    """(module in ``layout``, the conversion's provenance); ValueError for a layout not in LAYOUTS.
+
+    Call inside the job's PassContext: ConvertLayout (opt_level 0, so it runs at every opt_level) then
+    shows in the build's pass trace. "NCHW" returns ``mod`` itself and runs no pass.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; use one of {', '.join(LAYOUTS)}")
+    before = _census(mod, layout)
+    provenance: dict[str, Any] = {
+        "layout": layout,
+        "converted": False,
+        "desired": None,
+        "convs": before["conv2d"],
+        "convs_converted": 0,
+        "other_convs": before["other_convs"],
+        "transposes_added": 0,
+    }
+    if layout not in DESIRED:  # the imported layout: nothing to do
+        return mod, provenance
+    from tvm import relax
+
+    try:
+        out = relax.transform.ConvertLayout(DESIRED[layout])(mod)
+    except Exception as exc:  # an op whose layout inference fails: the build's error, naming the pass
+        raise RuntimeError(f"ConvertLayout to {layout} failed: {one_line(exc)}") from None
+    after = _census(out, layout)
+    provenance.update(
+        converted=True,
+        desired=DESIRED[layout],
+        convs_converted=after["in_layout"] - before["in_layout"],
+        transposes_added=after["transposes"] - before["transposes"],
+    )
+    return out, provenance
+
+
+def for_job(job: Job, mod: Any) -> tuple[Any, dict[str, Any] | None]:
+    """``convert`` for the job's layout; the module unchanged and None for a job without the axis."""
+    if job.layout is None:
+        return mod, None
+    return convert(mod, job.layout)
