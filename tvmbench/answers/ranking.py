@@ -33,10 +33,14 @@ RANK_KEYS = ["model", "board_key", "unit", "emulated"]
 
 
 def config_name(row: Any, *, release: bool = False) -> str:
-    """A configuration as people say it: "vm-compiled O2 per-target (host)", "... tuned 64 (host)";
-    with ``release`` its TVM too ("... TVM 0.26.0 (host)"), for rankings across several releases."""
+    """A configuration as people say it: "vm-compiled O2 per-target (host)", "... tuned 64 (host)", "... tuned
+    auto (host)"; with ``release`` its TVM too ("... TVM 0.26.0 (host)"), for rankings across several releases."""
     budget = row.get("tuning_budget") if hasattr(row, "get") else None
-    tuned = f" tuned {int(budget)}" if tuning_answers.is_tuned(budget) else ""
+    tuned = (
+        f" tuned {tuning_answers.budget_text(budget, row.get('tuning_stopped_by'))}"
+        if tuning_answers.is_tuned(budget)
+        else ""
+    )
     tvm = f" TVM {row['tvm_version']}" if release and hasattr(row, "get") and row.get("tvm_version") else ""
     return f"{row['executor']} O{row['opt_level']} {row['pipeline']}{tuned}{tvm} ({row['target']})"
 
@@ -86,6 +90,7 @@ _CANDIDATE_COLUMNS = [
     "tuning_budget",
     "tuning_trials",
     "tuning_s",
+    "tuning_stopped_by",
     "tvm_version",
 ]
 METRICS = {"steady": "median", "first": "first_ms"}

@@ -70,11 +70,14 @@ class TuningStats:
         with self._lock:
             self.trials.extend(batch)
 
+    def trials_so_far(self) -> list[tuple[float, str, float | None]]:
+        """A copy of the trials recorded so far (seconds, task, mean run seconds or None)."""
+        with self._lock:
+            return list(self.trials)
+
     def curve(self, weights: dict[str, int], stored_best_s: dict[str, float | None], first_trial: int) -> list[list]:
         """The tuning curve of the trials recorded so far, thinned to ``MAX_CURVE_POINTS``."""
-        with self._lock:
-            trials = list(self.trials)
-        return thin(tuning_curve(trials, weights, stored_best_s, first_trial))
+        return thin(tuning_curve(self.trials_so_far(), weights, stored_best_s, first_trial))
 
 
 def tuning_curve(
