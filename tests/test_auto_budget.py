@@ -278,3 +278,24 @@ def test_auto_baseline_takes_the_newest_stored_median_of_the_same_model_and_boar
     # The synthetic sweep's model is another file under the same name: not this job's baseline.
     assert "no ok onnxruntime result of tiny_cnn on board key host" in auto_baseline(auto_store, job, "x")["why"]
     assert auto_baseline(auto_store, plan_jobs(_spec(tmp_path, "[axes]\ntuning = [64]\n"))[0], "x") is None
+
+
+def test_a_toolchain_child_is_handed_the_baseline(tmp_path: Path) -> None:
+    """Another release tunes in its toolchain's child (workers/toolchains/tuning.py): the baseline the
+    driver found reaches the child's TuningEnv through the request file, and its TVM has the scheduler."""
+    from tvmbench.core.records import Job, ModelRef, TargetSpec, TuningSettings
+    from workers.toolchains import child
+    from workers.toolchains import tuning as files
+    from workers.tuning.stage import TuningEnv
+
+    job = Job(
+        model=ModelRef(name="m", sha256="0" * 64, source="m.onnx", inputs=()),
+        target=TargetSpec(name="host", tvm_target={"kind": "llvm"}, board_key="host", arch="x86_64"),
+        executor="vm-compiled", opt_level=2, pipeline="per-target", tuning=8,
+        tuning_settings=TuningSettings(cost_model="random"), tuning_auto=AutoBudget(until="onnxruntime", max_trials=8),
+    )  # fmt: skip
+    baseline = {"ms": 0.5, "source": "onnxruntime job abc of this sweep"}
+    env = TuningEnv(tracker="127.0.0.1:1", database={"kind": "memory"}, baseline=baseline)
+    files.RecordsBridge(tmp_path, job, env, "k" * 64).write_request()
+    (tmp_path / files.READY_FILE).write_text("")  # the parent has handed the (no) stored records over
+    assert child.tuning_env(tmp_path, job).baseline == baseline
