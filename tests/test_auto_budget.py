@@ -299,3 +299,27 @@ def test_a_toolchain_child_is_handed_the_baseline(tmp_path: Path) -> None:
     files.RecordsBridge(tmp_path, job, env, "k" * 64).write_request()
     (tmp_path / files.READY_FILE).write_text("")  # the parent has handed the (no) stored records over
     assert child.tuning_env(tmp_path, job).baseline == baseline
+
+
+def test_sweeps_overview_counts_an_auto_budget_by_its_cap(db_url: str) -> None:
+    """`results sweeps` sums the budgets of a sweep's tuned builds: an auto job's config says "auto" (which no
+    database casts to an integer) and counts at its trial cap."""
+    from sqlalchemy import select
+
+    from db import models as m
+    from tvmbench.answers import query
+
+    store = ResultStore(db_url)
+    try:
+        fixed = Result(model="a", samples=noisy(2.0), tuning={"budget": 24, "trials_run": 24, "trials_from_records": 0})
+        auto = Result(model="b", samples=noisy(1.0), tuning=auto_tuning("plateau", {}, cap=40))  # 40 trials run
+        add_sweep(store, "tuned", [fixed, auto])
+        with store._sessions.begin() as s:
+            s.get(m.Sweep, "tuned").status = "running"
+            for job in s.scalars(select(m.Job).where(m.Job.sweep_id == "tuned")):
+                tuning = {"budget": 24} if job.model_name == "a" else {"budget": "auto", "auto": {"max_trials": 40}}
+                job.config = {**job.config, "tuning": tuning}
+        (row,) = query.sweeps_overview(store, "tuned")
+        assert (row["tuning_trials"], row["tuning_budget"]) == (24 + 40, 24 + 40), row
+    finally:
+        store.close()
