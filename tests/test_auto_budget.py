@@ -323,3 +323,24 @@ def test_sweeps_overview_counts_an_auto_budget_by_its_cap(db_url: str) -> None:
         assert (row["tuning_trials"], row["tuning_budget"]) == (24 + 40, 24 + 40), row
     finally:
         store.close()
+
+
+def test_the_state_extends_the_curve_as_tuning_curve_counts_it() -> None:
+    """The rules read a curve kept up batch by batch; it must be the one ``tuning_curve`` counts whole."""
+    import random
+
+    from workers.tuning.stats import tuning_curve
+
+    rng = random.Random(3)
+    stats = TuningStats()
+    weights = {"conv": 3, "dense": 1, "pool": 2}
+    stored = {"pool": 4e-4}
+    state = AutoState(AutoBudget(), list(weights), weights, stats, stored, 16, None)
+    assert state.curve() == []
+    stats.record_batch("conv", [None, None], [None, None])  # failed trials only: conv has no time yet
+    assert state.curve() == tuning_curve(stats.trials_so_far(), weights, stored, 16)
+    for _ in range(40):
+        task = rng.choice(["conv", "dense", "pool"])
+        times = [None if rng.random() < 0.2 else rng.uniform(1e-4, 5e-3) for _ in range(rng.randint(1, 4))]
+        stats.record_batch(task, [None] * len(times), times)
+        assert state.curve() == tuning_curve(stats.trials_so_far(), weights, stored, 16)

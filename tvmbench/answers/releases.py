@@ -66,6 +66,7 @@ _COLUMNS = [
     "fingerprint",
     "kernel_count",
     "tuning_budget",
+    "tuning_stopped_by",
     "tvm_version",
     "ffi_version",
     "finished_at",
@@ -229,7 +230,12 @@ def _clean(value: Any) -> Any:
 def config_label(row: dict[str, Any]) -> str:
     """The configuration without its model and board: "vm-compiled O3 per-target", "... tuned 64"."""
     kernels = f" ({row['kernels']})" if row.get("kernels") else ""
-    tuned = f" tuned {int(row['tuning_budget'])}" if tuning_answers.is_tuned(row.get("tuning_budget")) else ""
+    budget = row.get("tuning_budget")
+    tuned = (
+        f" tuned {tuning_answers.budget_text(budget, row.get('tuning_stopped_by'))}"
+        if tuning_answers.is_tuned(budget)
+        else ""
+    )
     emulated = " emulated" if row.get("emulated") else ""
     return f"{row['executor']}{kernels} O{row['opt_level']} {row['pipeline']}{tuned}{emulated}"
 

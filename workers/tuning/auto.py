@@ -23,7 +23,7 @@ from typing import Any
 
 from tvmbench.core.records import AutoBudget
 from workers.tuning import stopping
-from workers.tuning.stats import TuningStats, tuning_curve
+from workers.tuning.stats import TuningStats, curve_point, tuning_curve
 
 
 class AutoState:
@@ -42,27 +42,43 @@ class AutoState:
         self.rules, self.names, self.weights, self.stats = rules, names, weights, stats
         self.stored_best_s, self.first_trial, self.target_ms = stored_best_s, first_trial, target_ms
         self.stop: stopping.Stop | None = None
+        self._points: list[list] = []  # the curve so far, one point per trial recorded
+        self._best: dict[str, float] = {}  # each task's best time (s) at the curve's last point
+
+    def curve(self) -> list[list]:
+        """This build's unthinned tuning curve (``tuning_curve``), extended by the trials recorded since the
+        last call: O(tasks) per new trial, not a recount of the whole run before every batch. Counted whole
+        again while no task has a time, and when a task gets its first one (that moves every earlier point)."""
+        trials = self.stats.trials_so_far()
+        new = trials[len(self._points) :]
+        if not self._best or any(s is not None and task not in self._best for _, task, s in new):
+            self._points = tuning_curve(trials, self.weights, self.stored_best_s, self.first_trial)
+            self._best = {t: b for t, b in self.stored_best_s.items() if b is not None}
+            for _, task, s in trials:
+                if s is not None:
+                    self._best[task] = min(s, self._best.get(task, s))
+            return self._points
+        for seconds, task, s in new:
+            if s is not None and s < self._best[task]:
+                self._best[task] = s
+            self._points.append(
+                curve_point(self.first_trial + len(self._points) + 1, seconds, self._best, self.weights)
+            )
+        return self._points
 
     def best_s(self) -> list[float | None]:
         """Each task's best time so far (stored or measured; None while it has none)."""
-        best = [self.stored_best_s.get(n) for n in self.names]
-        index = {n: i for i, n in enumerate(self.names)}
-        for _, task, s in self.stats.trials_so_far():
-            i = index.get(task)
-            if i is not None and s is not None and (best[i] is None or s < best[i]):
-                best[i] = s
-        return best
+        self.curve()  # brings the bests up to the last trial recorded
+        return [self._best.get(n) for n in self.names]
 
     def check(self, sent: int) -> stopping.Stop | None:
         """Ask the rules (``sent``: trials measured or on the boards); the first stop sticks."""
         if self.stop is None:
-            trials = self.stats.trials_so_far()
-            curve = tuning_curve(trials, self.weights, self.stored_best_s, self.first_trial)
             self.stop = stopping.check(
                 self.rules,
                 elapsed_s=time.perf_counter() - self.stats.started,
                 trials=sent,
-                curve=curve,
+                curve=self.curve(),
                 complete=all(b is not None for b in self.best_s()),
                 target_ms=self.target_ms,
             )
