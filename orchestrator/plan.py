@@ -22,10 +22,11 @@ def plan_jobs(spec: SweepSpec) -> list[Job]:
     A target pairs only with the executors that accept it (microcontrollers with aot-c, the others with
     the VM executors and the baseline); the kernels axis multiplies only executors that take it. The
     tuning axis applies to tunable jobs only; the others (ONNX Runtime, aot-c, GPU targets) are planned
-    once, untuned. Likewise the layout axis multiplies the Relax VM jobs only (ONNX Runtime and aot-c
-    jobs have no layout).
+    once, untuned; an "auto" budget is a job whose ``tuning`` is its trial cap, with its stop rules. Likewise
+    the layout axis multiplies the Relax VM jobs only (ONNX Runtime and aot-c jobs have no layout).
     """
     jobs = []
+    auto = spec.tuning_auto
     for m, t, e, o, p in itertools.product(spec.models, spec.targets, spec.executors, spec.opt_levels, spec.pipelines):
         entry = registry.get(e)
         if not entry.accepts(t):
@@ -46,8 +47,9 @@ def plan_jobs(spec: SweepSpec) -> list[Job]:
                         pipeline=p,
                         measure=spec.measure,
                         kernels=k,
-                        tuning=budget,
+                        tuning=auto.max_trials if budget == "auto" and auto else int(budget),
                         tuning_settings=spec.tuning,
+                        tuning_auto=auto if budget == "auto" else None,
                         toolchain=toolchain,
                         layout=layout,
                     )
@@ -83,7 +85,7 @@ def plan_rows(spec: SweepSpec, store: ResultStore, needs: list[Need] | None = No
             "pipeline": job.pipeline,
             "built": key in built,
             "status": statuses.get(job.key, "new"),
-            "tuning": job.tuning,
+            "tuning": "auto" if job.tuning_auto else job.tuning,
             # Only with a tvm axis (the plan of other sweeps reads as it did).
             **({"toolchain": job.toolchain, "tvm_version": versions[job.toolchain]} if job.toolchain else {}),
             **({"layout": job.layout} if job.layout else {}),  # likewise only with a layout axis

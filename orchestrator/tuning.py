@@ -61,6 +61,64 @@ def untuned_profile(store: ResultStore, job: Job) -> dict[str, Any] | None:
     return None
 
 
+def auto_baseline(
+    store: ResultStore, job: Job, sweep_id: str, in_sweep: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The baseline an auto budget's ``until = "onnxruntime"`` compares with (None when it has no such rule).
+
+    ``in_sweep``: this run's own baseline job's median (orchestrator/scheduling/baselines.py), taken first;
+    else the newest stored ok result of the model on the job's board key (this sweep's before others');
+    else ``{"why": ...}``: the rule is inactive, and the build's provenance says why.
+    """
+    from orchestrator.scheduling.baselines import tunes_until_baseline
+
+    if not tunes_until_baseline(job):
+        return None
+    if in_sweep is not None:
+        return in_sweep
+    from sqlalchemy import case
+
+    from workers.executors.registry import baseline_names
+
+    stmt = (
+        select(m.Run.median, m.Job.config, m.Job.job_key, m.Job.executor, m.Job.sweep_id)
+        .join(m.Run, m.Run.id == m.Job.final_run_id)
+        .where(
+            m.Job.model_sha256 == job.model.sha256,
+            m.Job.board_key == job.target.board_key,
+            m.Job.status == "ok",
+            m.Job.executor.in_(baseline_names()),
+            m.Run.unit == "ms",
+            m.Run.median.is_not(None),
+        )
+        .order_by(case((m.Job.sweep_id == sweep_id, 0), else_=1), m.Run.finished_at.desc())
+    )
+    with store._sessions() as s:
+        for median, config, key, executor, sid in s.execute(stmt):
+            # Compared as canonical JSON: the stored inputs' shapes are lists, the job's tuples.
+            if canonical_hash((config or {}).get("inputs")) == canonical_hash([list(i) for i in job.model.inputs]):
+                where = "this sweep" if sid == sweep_id else f"sweep {sid[:12]}"
+                return {"ms": float(median), "source": f"stored {executor} job {key[:12]} of {where}"}
+    return {
+        "why": f"no ok {job.tuning_auto.until} result of {job.model.name} on board key {job.target.board_key} in this "
+        "sweep or the database"
+    }
+
+
+def plan_baseline(store: ResultStore, jobs: list[Job], job: Job, sweep_id: str) -> dict[str, Any] | None:
+    """`sweep plan`'s word on an auto job's until = "onnxruntime" baseline: the sweep's own baseline job
+    (measured before the auto build starts), else the stored result ``auto_baseline`` finds, else why not."""
+    from orchestrator.scheduling.baselines import pair, tunes_until_baseline
+    from workers.executors import registry
+
+    if not tunes_until_baseline(job):
+        return None
+    own = next((j for j in jobs if registry.get(j.executor).baseline and pair(j) == pair(job)), None)
+    if own is not None:
+        return {"source": f"{own.executor} job {own.key[:12]} of this sweep (measured before this build starts)"}
+    return auto_baseline(store, job, sweep_id)
+
+
 def stored_records_count(database: dict[str, str], job: Job, mods: list[Any]) -> list[int]:
     """Trials already stored for each task module (0 where nothing is stored yet; the SQL store counts
     failed trials too, other databases their successful records)."""
@@ -136,17 +194,24 @@ def _tuning_plan(
     job: Job, infos: list[Any], alloc: dict[str, int], basis: str, stored: Any, database: dict[str, str]
 ) -> dict:
     """What `sweep plan` says of a tuned job: each task's trials and how many stored records cover them."""
+    auto = job.tuning_auto
     tasks = [
         {
             "name": i.name,
             "weight": i.weight,
             "flops": i.flops,
-            "trials": alloc[i.name],
-            "covered": min(stored[i.index], alloc[i.name]),
+            # An auto budget gives no task a share: the search goes where the estimate falls fastest.
+            "trials": None if auto else alloc[i.name],
+            "covered": stored[i.index] if auto else min(stored[i.index], alloc[i.name]),
         }
         for i in infos
     ]
     covered = sum(t["covered"] for t in tasks)
+    if auto is not None:
+        from dataclasses import asdict
+
+        return {"budget": "auto", "auto": asdict(auto), "tasks": tasks, "trials_covered": covered,
+                "database": database.get("kind")}  # fmt: skip
     return {
         "budget": job.tuning,
         "weights_from": basis,

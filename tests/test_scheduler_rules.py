@@ -25,13 +25,15 @@ from db import models as m
 from db.store import ResultStore
 from orchestrator.plan import plan_jobs
 from orchestrator.scheduling import sweep as loop
+from orchestrator.scheduling.baselines import BaselineWait
 from orchestrator.scheduling.events import Listener
+from orchestrator.scheduling.jobs import JobState
 from orchestrator.scheduling.measurements import FixedBoards
 from orchestrator.scheduling.pool import InlinePool
 from orchestrator.scheduling.run import execute_sweep, run_sweep
 from orchestrator.spec import SweepSpec, load_spec
 from tests.conftest import write_sweep
-from tvmbench.core.records import Build, Job, Run, TargetSpec
+from tvmbench.core.records import AutoBudget, Build, Job, ModelRef, Run, TargetSpec
 from workers import model_zoo
 from workers.artifacts import ArtifactCache
 from workers.build_common import tvm_versions
@@ -134,7 +136,9 @@ def sweep(
     boards: FixedBoards | None = None,
     **options: Any,
 ):
-    executors = {"vm-bytecode": Executor("vm-bytecode", builder, runner, accepts=not_mcu)}
+    executors = options.pop("executors", None) or {
+        "vm-bytecode": Executor("vm-bytecode", builder, runner, accepts=not_mcu)
+    }
     return run_sweep(
         spec,
         store,
@@ -146,6 +150,10 @@ def sweep(
         boards=boards or FixedBoards(per_key={"k": 2}),
         **options,
     )
+
+
+def model_ref() -> ModelRef:
+    return ModelRef("tiny_mlp", "0" * 64, "tiny_mlp.onnx", (("x", (1, 16), "float32"),))
 
 
 def runs_of(store: ResultStore, sweep_id: str) -> list[tuple[str, int, str, str | None, str | None]]:
@@ -322,6 +330,112 @@ def test_cheap_builds_and_measurements_share_tasks(tmp_path: Path, store: Result
     sizes = Counter(kind for kind, _, _ in pool.submitted)
     assert sizes["build"] < 40 and sizes["measure"] < 40, sizes  # batched once the first were seen to be quick
     assert [r[1] for r in runs_of(store, spec.sweep_id)] == [1] * 40
+
+
+class BaselineRunner(FakeRunner):
+    """A FakeRunner whose ok runs have a median (the baseline an auto budget tunes until); logs its runs."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
+    def run(self, request: MeasureRequest) -> Run:
+        self.log.append(f"run {request.job.executor} {'auto' if request.job.tuning_auto else request.job.tuning}")
+        return replace(super().run(request), median_ms=2.5)
+
+
+class LoggingBuilder(FakeBuilder):
+    """A FakeBuilder that logs each build and keeps the baseline its tuning env was given."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log, self.baselines = log, {}
+
+    def build(self, request: BuildRequest) -> tuple[Build, bytes | None]:
+        job = request.job
+        self.log.append(f"build {job.executor} {'auto' if job.tuning_auto else job.tuning}")
+        if job.tuning_auto is not None:
+            self.baselines[job.key] = request.tuning_env.baseline
+        return super().build(request)
+
+
+@pytest.fixture
+def no_tracker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tuned job's env counts its key's boards on the tracker (which imports TVM's RPC): here there is none."""
+
+    def unreachable(tracker: str) -> Any:
+        raise OSError(f"no tracker at {tracker}")
+
+    monkeypatch.setattr("workers.tracker_client.tracker_summary", unreachable)
+
+
+def auto_sweep(tmp_path: Path, executors: tuple[str, ...], label: str = "") -> SweepSpec:
+    """tiny_mlp untuned and with an auto budget tuning until onnxruntime, on board key "k"."""
+    spec = make_spec(tmp_path, ("k",))
+    auto = AutoBudget(until="onnxruntime", max_trials=8)
+    return replace(spec, executors=executors, tunings=(0, "auto"), tuning_auto=auto, label=label)
+
+
+def fake_executors(builder: FakeBuilder, runner: FakeRunner, names: tuple[str, ...]) -> dict[str, Executor]:
+    return {name: Executor(name, builder, runner, accepts=not_mcu) for name in names}
+
+
+def test_an_auto_build_until_the_baseline_starts_once_the_baseline_job_is_measured(
+    tmp_path: Path, store: ResultStore, no_tracker: None
+) -> None:
+    log: list[str] = []
+    builder, runner = LoggingBuilder(log), BaselineRunner(log)
+    names = ("onnxruntime", "vm-bytecode")
+    spec = auto_sweep(tmp_path, names)
+    outcome = sweep(spec, store, tmp_path, builder, runner, pool=InlinePool(builds_at_once=3),
+                    executors=fake_executors(builder, runner, names))  # fmt: skip
+    assert dict(outcome.statuses) == {"ok": 3}, outcome
+    # Three CPUs: both other builds start at once, the auto build only after the baseline's run.
+    assert log.index("build vm-bytecode auto") > log.index("run onnxruntime 0"), log
+    assert log.index("build vm-bytecode 0") < log.index("run onnxruntime 0"), log
+    (auto_job,) = [j for j in plan_jobs(spec) if j.tuning_auto]
+    (ort_job,) = [j for j in plan_jobs(spec) if j.executor == "onnxruntime"]
+    assert builder.baselines[auto_job.key] == {"ms": 2.5, "source": f"onnxruntime job {ort_job.key[:12]} of this sweep"}
+
+
+def test_without_a_baseline_job_an_auto_build_takes_the_stored_median_or_says_why_not(
+    tmp_path: Path, store: ResultStore, no_tracker: None
+) -> None:
+    log: list[str] = []
+    builder, runner = LoggingBuilder(log), BaselineRunner(log)
+    alone = auto_sweep(tmp_path, ("vm-bytecode",), label="alone")
+    sweep(alone, store, tmp_path, builder, runner, executors=fake_executors(builder, runner, ("vm-bytecode",)))
+    (auto_job,) = [j for j in plan_jobs(alone) if j.tuning_auto]
+    assert "no ok onnxruntime result of tiny_mlp on board key k" in builder.baselines.pop(auto_job.key)["why"]
+    names = ("onnxruntime", "vm-bytecode")
+    with_ort = auto_sweep(tmp_path, names, label="with ort")
+    sweep(with_ort, store, tmp_path, builder, runner, executors=fake_executors(builder, runner, names))
+    builder.baselines.clear()
+    # A new sweep with no baseline job of its own (and another cap: a build of its own, not the cached one).
+    later = replace(auto_sweep(tmp_path, ("vm-bytecode",)), tuning_auto=AutoBudget(until="onnxruntime", max_trials=9))
+    sweep(later, store, tmp_path, builder, runner, executors=fake_executors(builder, runner, ("vm-bytecode",)))
+    (auto_job,) = [j for j in plan_jobs(later) if j.tuning_auto]
+    (ort_job,) = [j for j in plan_jobs(with_ort) if j.executor == "onnxruntime"]
+    got = builder.baselines[auto_job.key]
+    assert got["ms"] == 2.5 and got["source"].startswith(f"stored onnxruntime job {ort_job.key[:12]} of sweep"), got
+
+
+def test_parked_builds_are_released_when_nothing_else_can_happen() -> None:
+    ort = Job(model=model_ref(), target=TargetSpec("t", {"kind": "llvm"}, "k", "x86_64"), executor="onnxruntime",
+              opt_level=2, pipeline="per-target")  # fmt: skip
+    auto = replace(ort, executor="vm-bytecode", tuning=8, tuning_auto=AutoBudget(until="onnxruntime"))
+    fixed = replace(auto, tuning_auto=AutoBudget(until=1.5))  # a number of ms waits for nobody
+    states = {k: [JobState(j, k)] for k, j in (("b-ort", ort), ("b-auto", auto), ("b-fixed", fixed))}
+    wait = BaselineWait(states)
+    assert wait.hold(["b-ort", "b-auto", "b-fixed"]) == ["b-ort", "b-fixed"]
+    assert wait.released() == [] and wait.parked == {"b-auto": states["b-ort"]}
+    assert wait.released(idle=True) == ["b-auto"] and not wait.parked  # the safety net: never stuck
+    cached = BaselineWait(states)
+    assert cached.hold(["b-ort"]) == ["b-ort"] and not cached.parked  # a cached auto build waits for nothing
+    states["b-ort"][0].status = "pending-device"  # an outcome, though not ok: the build goes, without a median
+    again = BaselineWait(states)
+    again.hold(["b-auto"])
+    assert again.released() == ["b-auto"] and again.baseline(auto) is None
 
 
 def test_the_rules_run_without_ray_or_tvm_in_a_fresh_process() -> None:

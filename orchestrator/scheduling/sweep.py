@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -20,6 +20,7 @@ from sqlalchemy.exc import OperationalError
 
 from db.store import ResultStore
 from orchestrator import toolchains
+from orchestrator.scheduling.baselines import BaselineWait
 from orchestrator.scheduling.builds import BuildQueue
 from orchestrator.scheduling.events import Listener
 from orchestrator.scheduling.goldens import GoldenKey, Goldens
@@ -126,12 +127,14 @@ class SweepRun:
             by_build[key].append(state)
         self.by_build = by_build
         self.queue = BuildQueue(by_build, self.store, self.cache, self.pool.put)
+        self.baselines = BaselineWait(by_build)  # auto builds tuning until the baseline start after it
+        self.queue.to_build = deque(self.baselines.hold(self.queue.to_build))
         self.listener.on_start(len(self.queue.cached), len(self.queue.to_build), len(jobs))
         if self.queue.to_build:  # identical programs skip codegen: builds claim each program in the index
             self.pool.start_index(self.queue.known)
         for build_key in self.queue.cached:
             self._enqueue(build_key)
-        while self.queue.to_build or self.measures or self.in_flight:
+        while self.queue.to_build or self.baselines.parked or self.measures or self.in_flight:
             self._start_measurements()
             self._start_builds()
             self._heartbeat()
@@ -190,6 +193,7 @@ class SweepRun:
 
     def _start_builds(self) -> None:
         queue, measures = self.queue, self.measures
+        queue.to_build.extend(self.baselines.released(idle=not (queue.to_build or measures or self.in_flight)))
         while (
             queue.to_build
             and self.builds_in_flight < self.pool.cpus()
@@ -369,7 +373,7 @@ class SweepRun:
         """What a tuned build needs from the driver (None for an untuned one)."""
         if not job.tuning:
             return None
-        from orchestrator.tuning import records_database, untuned_profile
+        from orchestrator.tuning import auto_baseline, records_database, untuned_profile
         from workers.tracker_client import key_boards, tracker_summary
         from workers.tuning.stage import TuningEnv
 
@@ -388,6 +392,7 @@ class SweepRun:
             profile=untuned_profile(self.store, job),
             progress=self.pool.tuning_progress_name,
             board_key=key,
+            baseline=auto_baseline(self.store, job, self.sweep_id, self.baselines.baseline(job)),
         )
 
     # --- the driver's pulse -----------------------------------------------------------------------

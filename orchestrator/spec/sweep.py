@@ -23,8 +23,9 @@ A sweep file looks like::
     number = 10
     repeat = 3
 
-    [tuning]                            # only with a tuning axis: tuning = [0, 64, 512] in [axes]
+    [tuning]                            # only with a tuning axis: tuning = [0, 64, 512] or [0, "auto"] in [axes]
     cost_model = "xgb"
+    until = "onnxruntime"               # the auto budget's stop rules (also max_minutes, plateau, max_trials)
 
     [tolerance]
     atol = 1e-4
@@ -42,12 +43,13 @@ from orchestrator.spec.checks import SpecError, axis, no_control_characters, typ
 from orchestrator.spec.measure import parse_measure
 from orchestrator.spec.models import parse_model
 from orchestrator.spec.targets import check_mcu_pairing, check_tunable, parse_target
-from orchestrator.spec.tuning import MAX_TUNING_BUDGET, parse_tuning
+from orchestrator.spec.tuning import AUTO, MAX_TUNING_BUDGET, parse_auto, parse_tuning
 from orchestrator.toolchains import INTERPRETER, canonical, shown
 from tvmbench.core.errors import describe_missing
 from tvmbench.core.records import (
     LAYOUTS,
     PIPELINES,
+    AutoBudget,
     MeasureSettings,
     ModelRef,
     TargetSpec,
@@ -75,8 +77,9 @@ class SweepSpec:
     source: str  # the TOML text, kept with the sweep so it can be resumed
     source_path: str
     kernels: tuple[str, ...] = ("c",)  # executors with a kernels axis (aot-c): "c" and/or "llvm" codegen
-    tunings: tuple[int, ...] = (0,)  # MetaSchedule trial budgets; 0 = untuned
+    tunings: tuple[int | str, ...] = (0,)  # MetaSchedule trial budgets; 0 = untuned; "auto" stops by itself
     tuning: TuningSettings = field(default_factory=TuningSettings)
+    tuning_auto: AutoBudget | None = None  # the auto budget's stop rules, when tunings has "auto"
     input_files: dict[str, Path] = field(default_factory=dict)  # sha256 -> .npz of a model's inputs
     default_target: bool = False  # the file has no [[targets]]: the "host" preset was used
     # The tvm axis: each entry's toolchain text (orchestrator/toolchains.canonical); () without the axis.
@@ -101,6 +104,8 @@ class SweepSpec:
                 **({"kernels": self.kernels} if any(registry.get(e).kernel_paths for e in self.executors) else {}),
                 # Likewise only tuned sweeps carry the tuning axis and settings.
                 **({"tunings": self.tunings, "tuning": self.tuning.__dict__} if any(self.tunings) else {}),
+                # And only sweeps with the auto budget its stop rules.
+                **({"tuning_auto": self.tuning_auto.__dict__} if self.tuning_auto is not None else {}),
                 # And only sweeps with a tvm axis carry it.
                 **({"toolchains": self.toolchains} if self.toolchains else {}),
                 # And only sweeps with a layout axis carry it.
@@ -194,14 +199,15 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
     tunings = axis(
         "axes.tuning",
         axes.get("tuning", _AXES_DEFAULTS["tuning"]),
-        lambda v: isinstance(v, int) and 0 <= v <= MAX_TUNING_BUDGET,
-        f"trial budgets: integers from 0 (untuned) to {MAX_TUNING_BUDGET}",
+        lambda v: v == AUTO or (isinstance(v, int) and 0 <= v <= MAX_TUNING_BUDGET),
+        f'trial budgets: integers from 0 (untuned) to {MAX_TUNING_BUDGET}, or "{AUTO}" (stops by itself)',
     )
     toolchains = parse_toolchains(axes.get("tvm"), base)
     layouts = parse_layouts(axes.get("layout"), executors)
     if "tuning" in data and not any(tunings):
         raise SpecError("[tuning]: the sweep tunes nothing; add tuning = [0, 64] (trial budgets) to [axes]")
     tuning = parse_tuning(data)
+    tuning_auto = parse_auto(data, tunings)
     if any(tunings):
         check_tunable(targets, executors)
         check_tuned_toolchains(toolchains, tuning)
@@ -219,6 +225,7 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
         measure=parse_measure(data),
         tunings=tunings,
         tuning=tuning,
+        tuning_auto=tuning_auto,
         model_paths=paths,
         source=text,
         source_path=source_path,

@@ -97,6 +97,8 @@ def results(rows: list[dict[str, Any]]) -> list[Column]:
 
 
 def _tuning_cell(r: dict[str, Any]) -> str:
+    if r.get("tuning") == "auto":
+        return "auto"
     return f"{r['tuning']} trials" if r.get("tuning") else "untuned"
 
 
@@ -295,7 +297,8 @@ COMPARE = [
 SIDE_BY_SIDE = [
     Column("config", "configuration", "config", priority=0, wrap=True),
     Column("budget", "budget", "tuning_budget", priority=0, right=True,
-           text=lambda e: str(e["tuning_budget"]) if e["tuning_budget"] else "untuned"),
+           text=lambda e: e.get("budget") or (str(e["tuning_budget"]) if e["tuning_budget"] else "untuned")),
+    Column("stopped", "stopped by", "stopped_by", priority=2, optional=True),
     Column("trials", "trials", "tuning_trials", priority=2, right=True),
     Column("median", "median", "median", priority=0, right=True),
     Column("ort", "×ORT", "speedup_vs_onnxruntime", priority=0, right=True,

@@ -114,12 +114,12 @@ def trials_figure(
     """Latency against MetaSchedule trials: one line per configuration, 0 trials = untuned, ORT dashed."""
     from matplotlib.figure import Figure
 
-    from tvmbench.answers.tuning import is_tuned
+    from tvmbench.answers.tuning import trials_of
 
     fig = Figure(figsize=(6.5, 4.2))
     ax = fig.add_subplot()
     group = layout_in_executor(group)
-    work = group.assign(_trials=[int(b) if is_tuned(b) else 0 for b in group["tuning_budget"]])
+    work = group.assign(_trials=[trials_of(r) for r in group.to_dict("records")])
     for (executor, opt, pipe), line in work.groupby(["executor", "opt_level", "pipeline"], sort=True):
         line = line.sort_values("_trials")
         xs, meds, lo_err, hi_err = [], [], [], []
@@ -133,7 +133,10 @@ def trials_figure(
         ax.errorbar(xs, meds, yerr=[lo_err, hi_err], marker="o", capsize=4, label=f"{executor} O{opt} {pipe}")
     if onnxruntime is not None:
         ax.axhline(onnxruntime, linestyle="--", color="#555", label=" / ".join(ranking.BASELINE_EXECUTORS))
-    ax.set_xlabel("MetaSchedule trials (the tuning budget; 0 = untuned)\n(points: median; whiskers: 95% bootstrap CI)")
+    ax.set_xlabel(
+        "MetaSchedule trials (the tuning budget, an auto budget's trials run; 0 = untuned)\n"
+        "(points: median; whiskers: 95% bootstrap CI)"
+    )
     ax.set_ylabel(f"median latency ({unit})" + (" — emulated" if emulated else ""))
     ax.set_title(f"{model} on {board_key}: latency against tuning trials")
     ax.set_yscale("log")
@@ -353,7 +356,9 @@ def write_report(store: ResultStore, sweep_ref: str, out: Path, *, png_dir: Path
     for c in curves[: tuning_answers.MAX_REPORT_CURVES]:
         title = tuning_answers.curve_title(c)
         draw = tuning_answers.curve_figure(c["curve"], title, c["measured_ms"], c["onnxruntime_ms"])
-        caption = f"Tuning curve of job {c['job_key'][:12]}: {title}"
+        caption = f"Tuning curve of job {c['job_key'][:12]}: {title}" + (
+            f"; stopped by {c['stop']}" if c["stop"] else ""
+        )
         plots.append((_slug("curve", c["job_key"][:12]), caption, _png(draw)))
     ranked = ranking.best(store, q.Filters(sweep=sweep.id))
     slow = regressions.find(store, q.Filters(sweep=sweep.id))
@@ -418,7 +423,8 @@ def write_report(store: ResultStore, sweep_ref: str, out: Path, *, png_dir: Path
             ("model", "model"),
             ("board_key", "board"),
             ("config", "configuration"),
-            ("tuning_budget", "budget"),
+            ("budget", "budget"),
+            ("stopped_by", "stopped by"),
             ("tuning_trials", "trials run"),
             ("median", "median"),
             ("speedup_vs_onnxruntime", "× vs onnxruntime"),

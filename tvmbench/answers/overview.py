@@ -120,12 +120,17 @@ def _tuning_progress(s: Session, sweep_ids: list[str]) -> dict[str, tuple[int, i
     """
     if not sweep_ids:
         return {}
-    budget = m.Job.config["tuning"]["budget"].as_integer()
-    tuned = s.execute(
-        select(m.Job.sweep_id, m.Job.build_key, budget)
-        .where(m.Job.sweep_id.in_(sweep_ids), budget.is_not(None))
-        .distinct()
-    ).all()
+    # An auto budget's config says budget "auto" (no integer to cast): its total is its trial cap.
+    budget = m.Job.config["tuning"]["budget"].as_string()
+    cap = m.Job.config["tuning"]["auto"]["max_trials"].as_integer()
+    tuned = [
+        (sid, bk, cap_of if cap_of is not None else int(total))
+        for sid, bk, total, cap_of in s.execute(
+            select(m.Job.sweep_id, m.Job.build_key, budget, cap)
+            .where(m.Job.sweep_id.in_(sweep_ids), budget.is_not(None))
+            .distinct()
+        )
+    ]
     if not tuned:
         return {}
     keys = sorted({bk for _, bk, _ in tuned})

@@ -85,6 +85,8 @@ _COLUMNS: dict[str, Any] = {
     "tuning_budget": m.Build.tuning_budget,
     "tuning_trials": m.Build.tuning_trials,
     "tuning_s": m.Build.tuning_s,
+    # The rule that stopped an auto budget (until, plateau, max_minutes, max_trials, ...); NULL for others.
+    "tuning_stopped_by": m.Build.tuning["stopped_by"].as_string(),
     "equivalent_to": m.Job.equivalent_to,
     # The TVM the program was built with: the build's own (a sweep with a `tvm` axis builds under several
     # releases), else the sweep's (older builds did not record it).
@@ -398,6 +400,7 @@ def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None, sweep_tvm:
         "tuning_budget": build.tuning_budget if build else None,
         "tuning_trials": build.tuning_trials if build else None,
         "tuning_s": build.tuning_s if build else None,
+        "tuning_stopped_by": (build.tuning or {}).get("stopped_by") if build else None,
         "kernel_count": build.kernel_count if build else None,
         "pass_count": build.pass_count if build else None,
         # The release the program was built with (the sweep's TVM for builds that did not record theirs).

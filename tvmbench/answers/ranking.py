@@ -34,13 +34,17 @@ RANK_KEYS = ["model", "board_key", "unit", "emulated"]
 
 
 def config_name(row: Any, *, release: bool = False) -> str:
-    """A configuration as people say it: "vm-compiled O2 per-target (host)", "... tuned 64 (host)"; its
-    layout when it has one ("... per-target NHWC (host)"); with ``release`` its TVM too ("... TVM 0.26.0
-    (host)"), for rankings across several releases."""
+    """A configuration as people say it: "vm-compiled O2 per-target (host)", "... tuned 64 (host)", "... tuned
+    auto (host)"; its layout when it has one ("... per-target NHWC (host)"); with ``release`` its TVM too
+    ("... TVM 0.26.0 (host)"), for rankings across several releases."""
     get = row.get if hasattr(row, "get") else lambda _k: None
     budget = get("tuning_budget")
     layout = f" {get('layout')}" if isinstance(get("layout"), str) else ""
-    tuned = f" tuned {int(budget)}" if tuning_answers.is_tuned(budget) else ""
+    tuned = (
+        f" tuned {tuning_answers.budget_text(budget, get('tuning_stopped_by'))}"
+        if tuning_answers.is_tuned(budget)
+        else ""
+    )
     tvm = f" TVM {row['tvm_version']}" if release and get("tvm_version") else ""
     return f"{row['executor']} O{row['opt_level']} {row['pipeline']}{layout}{tuned}{tvm} ({row['target']})"
 
@@ -91,6 +95,7 @@ _CANDIDATE_COLUMNS = [
     "tuning_budget",
     "tuning_trials",
     "tuning_s",
+    "tuning_stopped_by",
     "tvm_version",
     "fingerprint",
 ]

@@ -68,6 +68,7 @@ _COLUMNS = [
     "fingerprint",
     "kernel_count",
     "tuning_budget",
+    "tuning_stopped_by",
     "tvm_version",
     "ffi_version",
     "finished_at",
@@ -232,7 +233,12 @@ def config_label(row: dict[str, Any]) -> str:
     """The configuration without its model and board: "vm-compiled O3 per-target", "... NHWC tuned 64"."""
     kernels = f" ({row['kernels']})" if row.get("kernels") else ""
     layout = f" {row['layout']}" if isinstance(row.get("layout"), str) else ""
-    tuned = f" tuned {int(row['tuning_budget'])}" if tuning_answers.is_tuned(row.get("tuning_budget")) else ""
+    budget = row.get("tuning_budget")
+    tuned = (
+        f" tuned {tuning_answers.budget_text(budget, row.get('tuning_stopped_by'))}"
+        if tuning_answers.is_tuned(budget)
+        else ""
+    )
     emulated = " emulated" if row.get("emulated") else ""
     return f"{row['executor']}{kernels} O{row['opt_level']} {row['pipeline']}{layout}{tuned}{emulated}"
 

@@ -67,8 +67,14 @@ def tuning_plan_table(console: Console, row: dict[str, Any], shown: Rendered | N
     plan = row["tuning_plan"]
     job = shown.id("job", row["job_key"]) if shown else short_id(row["job_key"], 12)
     head = f"job {job} ({row['model']} on {row['board_key']}): budget {plan['budget']} trials"
+    if plan.get("budget") == "auto":
+        head = f"job {job} ({row['model']} on {row['board_key']}): budget auto"
     if plan.get("error"):
         console.print(f"{head}: cannot plan the tasks: {plan['error']}", soft_wrap=not console.is_terminal)
+        return
+    if plan.get("budget") == "auto":
+        auto_plan_lines(console, head, plan)
+        render(console, columns.PLAN_TASKS, plan["tasks"])
         return
     basis = "the untuned kernel profile" if plan["weights_from"] == "profile" else "weight x FLOPs"
     console.print(
@@ -77,6 +83,37 @@ def tuning_plan_table(console: Console, row: dict[str, Any], shown: Rendered | N
         soft_wrap=not console.is_terminal,
     )
     render(console, columns.PLAN_TASKS, plan["tasks"])
+
+
+def auto_plan_lines(console: Console, head: str, plan: dict[str, Any]) -> None:
+    """An auto job's plan: its stop rules, what stored records cover, and a warning when until is inactive."""
+    from tvmbench.answers.tuning import auto_rules_text
+
+    auto, baseline = plan["auto"], plan.get("baseline") or {}
+    plateau = {"trials": auto["plateau_trials"], "gain": auto["plateau_gain"]} if auto["plateau_trials"] else None
+    rules = auto_rules_text({"max_minutes": auto["max_minutes"], "plateau": plateau, "max_trials": auto["max_trials"]})
+    until = auto.get("until")
+    if isinstance(until, str):  # the baseline executor's median
+        if baseline.get("ms") is not None:
+            rules = f"until {until} {baseline['ms']:.4g} ms ({baseline['source']}), {rules}"
+        elif baseline.get("source"):
+            rules = f"until the median of {baseline['source']}, {rules}"
+        else:
+            rules = f"until {until} (inactive), {rules}"
+    elif until is not None:
+        rules = f"until {until:.4g} ms, {rules}"
+    console.print(
+        f"{head}: every task in one search, stopping at the first of: {rules}; {plan['trials_covered']} trials "
+        f"covered by stored records ({plan['database']})",
+        soft_wrap=not console.is_terminal,
+    )
+    if baseline.get("why"):
+        console.print(
+            f'warning: until = "{until}" is inactive for this job: {baseline["why"]}; add "{until}" to [axes] '
+            "executor, or give until a number of milliseconds",
+            style="yellow",
+            soft_wrap=not console.is_terminal,
+        )
 
 
 def results_table(console: Console, rows: list[dict[str, Any]], title: str) -> None:

@@ -33,6 +33,26 @@ def is_tuned(budget: Any) -> bool:
     return budget is not None and budget == budget and int(budget) > 0
 
 
+def is_auto(stopped_by: Any) -> bool:
+    """Whether a tuning_stopped_by cell (None / NaN / a rule) means an auto budget."""
+    return isinstance(stopped_by, str) and bool(stopped_by)
+
+
+def budget_text(budget: Any, stopped_by: Any = None) -> str:
+    """A tuned build's budget as people say it: "64", or "auto" for the budget that stops by itself."""
+    return "auto" if is_auto(stopped_by) else str(int(budget))
+
+
+def trials_of(row: Any) -> int:
+    """Where a build sits on a trials axis: its budget, or for an auto budget the trials it ran."""
+    if not is_tuned(row.get("tuning_budget")):
+        return 0
+    if is_auto(row.get("tuning_stopped_by")):
+        trials = row.get("tuning_trials")
+        return int(trials) if trials is not None and trials == trials else 0
+    return int(row["tuning_budget"])
+
+
 def tuning_cost(tuning_s: float | None, speedup: float | None) -> float | None:
     """Tuning minutes per unit of speed-up gained (None when nothing was gained or the time is unknown)."""
     if tuning_s is None or speedup is None or tuning_s != tuning_s or speedup <= 1.0:
@@ -63,6 +83,8 @@ def side_by_side(group: pd.DataFrame, onnxruntime_median: float | None, name: An
                 "config": name(r),
                 "job_key": r["job_key"],
                 "tuning_budget": int(r["tuning_budget"]) if tuned else 0,
+                "budget": budget_text(r["tuning_budget"], r.get("tuning_stopped_by")) if tuned else "untuned",
+                "stopped_by": r.get("tuning_stopped_by") if tuned and is_auto(r.get("tuning_stopped_by")) else None,
                 "tuning_trials": None if trials is None else int(trials),
                 "median": median,
                 "speedup_vs_onnxruntime": onnxruntime_median / median if onnxruntime_median and median else None,
@@ -112,16 +134,65 @@ def tuning_lines(tuning: dict[str, Any]) -> list[str]:
         for label, key in (("building", "build_s"), ("waiting for boards", "board_wait_s"), ("measuring", "run_s"))
     ]
     split_text = ", ".join(f"{label} {_s(v)}" for label, v in split if v is not None)
+    auto = tuning.get("auto")
+    budget = f"auto ({auto_rules_text(auto)})" if isinstance(auto, dict) else f"{tuning.get('budget')} trials"
     lines = [
-        f"  tuning: budget {tuning.get('budget')} trials, {tuning.get('trials_run')} run, "
+        f"  tuning: budget {budget}, {tuning.get('trials_run')} run, "
         f"{tuning.get('trials_from_records')} covered by stored records; failed trials: {failed_text}",
         f"    tuning time {_s(tuning.get('tuning_s'))}"
         + (f" ({split_text})" if split_text else "")
         + f"; cost model {tuning.get('cost_model')}, seed {tuning.get('seed')}, records in {tuning.get('database')}",
     ]
+    stop = stop_text(tuning)
+    if stop:
+        lines.append(f"    stopped by {stop}")
     for message in (tuning.get("errors") or [])[:5]:
         lines.append(f"    failed trial: {message}")
     return lines
+
+
+def auto_rules_text(auto: dict[str, Any]) -> str:
+    """An auto budget's rules in words: "until onnxruntime 0.146 ms, 15 min, plateau 64 trials < 2 %, 2000 trials"."""
+    parts = []
+    until = auto.get("until")
+    if until is not None:
+        target = auto.get("until_ms")
+        if isinstance(until, str) and target is not None:
+            parts.append(f"until {until} {target:.4g} ms ({(auto.get('baseline') or {}).get('source', '?')})")
+        elif target is not None:
+            parts.append(f"until {target:.4g} ms")
+        else:
+            parts.append(f"until {until}: inactive, {auto.get('inactive', 'no baseline')}")
+    parts.append(f"at most {auto.get('max_minutes'):g} min")
+    plateau = auto.get("plateau")
+    if plateau:
+        parts.append(f"plateau: {plateau['trials']} trials gaining < {100 * plateau['gain']:.3g} %")
+    parts.append(f"at most {auto.get('max_trials')} trials")
+    return ", ".join(parts)
+
+
+def stop_text(tuning: dict[str, Any]) -> str | None:
+    """What stopped an auto build and the values its rule compared (None: a fixed budget)."""
+    rule = tuning.get("stopped_by")
+    if not rule:
+        return None
+    v = tuning.get("stop") or {}
+    if rule == "until":
+        text = f"kernel estimate {v.get('estimate_ms', 0):.4g} ms at or below {v.get('until_ms', 0):.4g} ms"
+    elif rule == "plateau":
+        text = (
+            f"the last {v.get('trials')} trials gained {100 * v.get('gained', 0):.3g} % "
+            f"({v.get('from_ms', 0):.4g} -> {v.get('to_ms', 0):.4g} ms), under {100 * v.get('gain', 0):.3g} %"
+        )
+    elif rule == "max_minutes":
+        text = f"{v.get('minutes', 0):.2f} min of tuning, at most {v.get('max_minutes', 0):g}"
+    elif rule in ("max_trials", "exhausted"):
+        text = f"{v.get('trials')} trials, at most {v.get('max_trials')}"
+        if rule == "exhausted":
+            text += "; every task reached its own cap or ran out of candidates"
+    else:
+        text = str(v.get("error", ""))
+    return f"{rule}: {text}"
 
 
 def print_tuning(console: Console, tuning: dict[str, Any] | None) -> None:
@@ -252,6 +323,7 @@ def sweep_curves(store: ResultStore, sweep_id: str) -> list[dict[str, Any]]:
     out, ort = [], {}
     for key, model, board_key, executor, opt, pipeline, status, budget, tuning, median, unit in rows:
         curve = curve_of(tuning)
+        budget = budget_text(budget, (tuning or {}).get("stopped_by"))
         if not curve:
             continue
         if (model, board_key) not in ort:
@@ -259,7 +331,7 @@ def sweep_curves(store: ResultStore, sweep_id: str) -> list[dict[str, Any]]:
         out.append(
             {
                 "job_key": key, "model": model, "board_key": board_key, "executor": executor, "opt_level": opt,
-                "pipeline": pipeline, "budget": budget, "curve": curve,
+                "pipeline": pipeline, "budget": budget, "curve": curve, "stop": stop_text(tuning or {}),
                 "measured_ms": float(median) if status == "ok" and median is not None and unit == "ms" else None,
                 "onnxruntime_ms": ort[model, board_key],
             }

@@ -88,7 +88,7 @@ def sweep_plan(
     jobs = {job.key: job for job in plan.plan_jobs(spec)}
     for row in rows:
         if row.get("tuning") and not row["built"]:
-            row["tuning_plan"] = _tuning_plan(store, spec, jobs[row["job_key"]])
+            row["tuning_plan"] = _tuning_plan(store, spec, jobs[row["job_key"]], list(jobs.values()))
     if as_json:
         extra = {"toolchains": [n.row() for n in needs]} if spec.toolchains else {}
         print_json({"sweep_id": spec.sweep_id, "jobs": rows, **extra, **({"note": default} if default else {})})
@@ -137,8 +137,17 @@ def _default_target_note(spec: SweepSpec) -> str | None:
     )
 
 
-def _tuning_plan(store, spec: SweepSpec, job) -> dict:
-    """Tasks, trials and stored coverage of one tuned job (the front pipeline runs here: seconds)."""
+def _tuning_plan(store, spec: SweepSpec, job, jobs: list) -> dict:
+    """Tasks, trials and stored coverage of one tuned job (the front pipeline runs here: seconds); an auto
+    job's until = "onnxruntime" baseline too."""
+    from orchestrator.tuning import plan_baseline
+
+    plan = _tuning_tasks(store, spec, job)
+    baseline = plan_baseline(store, jobs, job, spec.sweep_id)
+    return {**plan, "budget": "auto", "baseline": baseline} if job.tuning_auto else plan
+
+
+def _tuning_tasks(store, spec: SweepSpec, job) -> dict:
     from orchestrator import toolchains
     from orchestrator.tuning import plan_tuning, plan_tuning_in_toolchain, records_database, untuned_profile
     from workers.build_common import tvm_versions

@@ -213,6 +213,20 @@ class TuningSettings:
 
 
 @dataclass(frozen=True)
+class AutoBudget:
+    """When the auto budget (``tuning = ["auto"]``) stops: the first of its rules that holds
+    (workers/tuning/stopping.py). ``max_trials`` always ends it, so a search never runs unbounded."""
+
+    # A baseline executor's name ("onnxruntime": its median of the model on the board key), a number of
+    # ms, or None: no until rule.
+    until: str | float | None = None
+    max_minutes: float = 15.0
+    plateau_trials: int | None = None  # the plateau rule: the last N trials gained less than plateau_gain
+    plateau_gain: float | None = None
+    max_trials: int = 2000
+
+
+@dataclass(frozen=True)
 class Job:
     """One point of the sweep matrix: a model on a target in one build configuration."""
 
@@ -224,8 +238,10 @@ class Job:
     measure: MeasureSettings = field(default_factory=MeasureSettings)
     # The kernels axis ("c" or "llvm" code generation), for executors that take it (aot-c); None for the others.
     kernels: str | None = None
-    tuning: int = 0  # MetaSchedule trial budget; 0 = untuned (the axis "tuning")
+    tuning: int = 0  # MetaSchedule trial budget; 0 = untuned (the axis "tuning"); the cap of an auto budget
     tuning_settings: TuningSettings = field(default_factory=TuningSettings)
+    # The auto budget's stop rules (``tuning = ["auto"]``); None for a fixed budget (whose keys stay as they were).
+    tuning_auto: AutoBudget | None = None
     # The TVM toolchain of the releases axis (``[axes] tvm``), as orchestrator/toolchains.py writes it: a
     # release ("0.26.0"), a wheel's absolute path, or "python:" and an interpreter's path. None: no axis,
     # the TVM tvmbench runs on (and the keys every sweep had before the axis).
@@ -307,8 +323,12 @@ class Job:
 
 def build_config_tuning(job: Job) -> dict[str, Any]:
     """The tuning part of a tuned job's build config: budget, board key (timings on the key's boards
-    chose the program) and the [tuning] settings."""
-    return {"budget": job.tuning, "board_key": job.target.board_key, **asdict(job.tuning_settings)}
+    chose the program) and the [tuning] settings; an auto budget's stop rules too (only there: the keys of
+    fixed budgets stay as they were)."""
+    config = {"budget": job.tuning, "board_key": job.target.board_key, **asdict(job.tuning_settings)}
+    if job.tuning_auto is not None:
+        config.update(budget="auto", auto=asdict(job.tuning_auto))
+    return config
 
 
 @dataclass(frozen=True)
@@ -339,7 +359,8 @@ class Build:
     reused_from: str | None = None
     # MetaSchedule tuning provenance (None when untuned): budget, trials_run, trials_from_records, tasks
     # [{name, weight, flops, trials, best_us, records_found}], failed_trials {kind: n}, errors (samples),
-    # tuning_s, build_s, board_wait_s, run_s, cost_model, seed, database.
+    # tuning_s, build_s, board_wait_s, run_s, cost_model, seed, database; an auto budget adds auto (its
+    # rules and baseline), stopped_by (the rule that ended it) and stop (the values that rule compared).
     tuning: dict[str, Any] | None = None
     # The layout axis' conversion (None without the axis): layout, whether ConvertLayout ran, the desired
     # layouts it was given, conv2d calls found and converted, transposes it added (workers/layouts.py).

@@ -206,7 +206,8 @@ def create_app(
         if not curve:
             return not_found(request, f"job {data['job_key']} has no tuning curve")
         summary = data.get("tuning_curve") or {}
-        title = tuning_answers.curve_title({**data, "budget": (tuning or {}).get("budget")})
+        budget = tuning_answers.budget_text(tuning.get("budget"), tuning.get("stopped_by"))  # "64" or "auto"
+        title = tuning_answers.curve_title({**data, "budget": budget})
         measured, ort = summary.get("measured_median_ms"), summary.get("onnxruntime_median_ms")
         drawn = plots.png(lambda: tuning_answers.curve_figure(curve, title, measured, ort))
         return Response(drawn, media_type="image/png")

@@ -92,6 +92,7 @@ def tuning_env(directory: Path, job: Any) -> Any:
         builder="local",
         progress_file=str(directory / files.PROGRESS_FILE),
         fence_dir=str(directory / files.FENCE_DIR) if request.get("fence") else None,
+        baseline=request.get("baseline"),
     )
 
 

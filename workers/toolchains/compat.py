@@ -70,6 +70,7 @@ TUNING_SURFACE: tuple[str, ...] = (
     "tvm.s_tir.meta_schedule.runner.PyRunner",
     "tvm.s_tir.meta_schedule.runner.utils.alloc_argument_common",
     "tvm.s_tir.meta_schedule.measure_callback.PyMeasureCallback",
+    "tvm.s_tir.meta_schedule.task_scheduler.PyTaskScheduler",  # the auto budget's scheduler (tuning/auto.py)
     "tvm.s_tir.transform.RemoveWeightLayoutRewriteBlock",
     "tvm.relax.transform.MetaScheduleApplyDatabase",
     "tvm.ir.utils.derived_object",

@@ -126,6 +126,7 @@ class RecordsBridge:
             "boards": env.boards,
             "profile": env.profile,
             "fence": self._fence is not None,
+            "baseline": env.baseline,  # an auto budget's until = "onnxruntime" (the child cannot look it up)
         }
         (self.directory / REQUEST_FILE).write_text(json.dumps(request))
 

@@ -14,7 +14,9 @@ count}), ``errors`` (up to 5 samples), ``tuning_s``, ``build_s``, ``board_wait_s
 ``cost_model``, ``seed``, ``database`` ("sql" | "memory" | "json"), and ``curve``: the tuning curve,
 ``[[trial, tuning seconds, estimate ms], ...]`` per measured trial (at most 512 points, thinned evenly),
 the estimate being the best-so-far sum over tasks of weight x best candidate time (see
-``workers.tuning.stats.tuning_curve`` for exactly what it counts).
+``workers.tuning.stats.tuning_curve`` for exactly what it counts). An auto budget (``job.tuning_auto``) tunes
+every task in one run that stops by itself (workers/tuning/auto.py) and adds ``auto`` (its rules and
+baseline), ``stopped_by`` and ``stop`` (workers/tuning/stopping.py).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tvmbench.core.records import Job, TuningSettings
+from workers.tuning.auto import nothing_tuned
 from workers.tuning.stats import MAX_ERRORS, TuningStats
 from workers.tuning.tasks import allocate, extract, profile_shares, split_pipeline
 
@@ -65,6 +68,9 @@ class TuningEnv:
     # A folder through which the host fence is asked for (a toolchain's child, whose parent holds the
     # Ray fence for it: workers/toolchains/tuning.FileFence); None: the fence of ``fence_host``.
     fence_dir: str | None = None
+    # The auto budget's baseline for ``until = "onnxruntime"``: {"ms", "source"} of the baseline's median
+    # on the job's board key, or {"why": ...} / None when there is none (the rule is then inactive).
+    baseline: dict[str, Any] | None = None
 
 
 def tuning_target(tvm_target: dict[str, Any], settings: TuningSettings) -> Any:
@@ -143,8 +149,8 @@ def _progress_callback(on_batch: Any) -> Any:
     return _Progress()
 
 
-def _curve_callback(stats: TuningStats, current: dict[str, str]) -> Any:
-    """Records every measured candidate of the task being tuned (``current["task"]``) for the curve."""
+def _curve_callback(stats: TuningStats, task_name: Any) -> Any:
+    """Records every measured candidate for the curve, under ``task_name(task_id)``."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
@@ -156,7 +162,7 @@ def _curve_callback(stats: TuningStats, current: dict[str, str]) -> Any:
                 secs = [float(x) for x in (result.run_secs or [])] if result.error_msg is None else []
                 run_s.append(sum(secs) / len(secs) if secs else None)
             artifacts = [None if b.artifact_path is None else str(b.artifact_path) for b in builder_results]
-            stats.record_batch(current["task"], artifacts, run_s)
+            stats.record_batch(task_name(task_id), artifacts, run_s)
 
     return _Curve()
 
@@ -207,7 +213,7 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     from workers.tuning.runner import FarmRunner, FarmRunnerConfig
 
     preload_tensor_intrin()  # the first TuneContext imports it; TVMScript's inspect.stack() made that minutes
-    settings = job.tuning_settings
+    settings, auto = job.tuning_settings, job.tuning_auto
     target = tuning_target(job.target.tvm_target, settings)
     front, back = split_pipeline(job.pipeline, target)
     with target:
@@ -227,7 +233,7 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     stored_best: dict[str, float | None] = {}  # where the tuning curve starts for tasks with records
     for info in infos:
         prior_us, stored = _best_us(db, extracted[info.index].dispatched[0])
-        covered[info.name] = min(stored, alloc[info.name])
+        covered[info.name] = stored if auto else min(stored, alloc[info.name])
         stored_best[info.name] = None if prior_us is None else prior_us / 1e6
     from_records = sum(covered.values())
     reporter: Any = (
@@ -245,7 +251,8 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     stats = TuningStats()
     measured: dict[str, int] = {}
     started = time.perf_counter()
-    todo = [i for i in infos if alloc[i.name] - covered[i.name] > 0]
+    todo = list(infos) if auto else [i for i in infos if alloc[i.name] - covered[i.name] > 0]
+    stop = nothing_tuned(auto, env.baseline) if auto else None  # run_auto's, once tasks are tuned
     if todo:
         fence = None
         if env.fence_dir:
@@ -281,8 +288,18 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
             )
             callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _progress_callback(on_batch)]
             current = {"task": ""}
-            callbacks.append(_curve_callback(stats, current))
-            for info, ctx, weight in zip(todo, contexts, weights, strict=True):
+            names = [i.name for i in todo]
+            callbacks.append(_curve_callback(stats, names.__getitem__ if auto else lambda _id: current["task"]))
+            if auto:
+                from workers.tuning.auto import run_auto
+
+                stop, measured = run_auto(
+                    job, todo, contexts, weights, stats, stored_best, from_records, env.baseline,
+                    work_dir=work_dir, builder=builder, runner=runner, database=db, cost_model=settings.cost_model,
+                    measure_callbacks=callbacks, module_equality=settings.module_equality,
+                )  # fmt: skip
+            per_task = [] if auto else list(zip(todo, contexts, weights, strict=True))
+            for info, ctx, weight in per_task:
                 trials = alloc[info.name] - covered[info.name]
                 before = done["n"]
                 current["task"] = info.name
@@ -347,6 +364,7 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
         "seed": settings.seed,
         "database": db_kind,
         "curve": stats.curve({i.name: i.weight for i in infos}, stored_best, from_records),
+        **(stop or {}),
     }
     if misses:
         raise TuningMiss(

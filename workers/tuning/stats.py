@@ -70,11 +70,14 @@ class TuningStats:
         with self._lock:
             self.trials.extend(batch)
 
+    def trials_so_far(self) -> list[tuple[float, str, float | None]]:
+        """A copy of the trials recorded so far (seconds, task, mean run seconds or None)."""
+        with self._lock:
+            return list(self.trials)
+
     def curve(self, weights: dict[str, int], stored_best_s: dict[str, float | None], first_trial: int) -> list[list]:
         """The tuning curve of the trials recorded so far, thinned to ``MAX_CURVE_POINTS``."""
-        with self._lock:
-            trials = list(self.trials)
-        return thin(tuning_curve(trials, weights, stored_best_s, first_trial))
+        return thin(tuning_curve(self.trials_so_far(), weights, stored_best_s, first_trial))
 
 
 def tuning_curve(
@@ -109,11 +112,16 @@ def tuning_curve(
     for k, (seconds, task, s) in enumerate(trials, start=1):
         if s is not None and s < best[task]:
             best[task] = s
-        # Summed afresh at every point: a running total would drift by float rounding.
-        estimate_ms = sum(weights.get(t, 1) * b for t, b in best.items()) * 1e3
-        # Rounding is monotone, so a best-so-far curve stays non-increasing once rounded.
-        out.append([first_trial + k, round(seconds, 2), float(f"{estimate_ms:.6g}")])
+        out.append(curve_point(first_trial + k, seconds, best, weights))
     return out
+
+
+def curve_point(trial: int, seconds: float, best: dict[str, float], weights: dict[str, int]) -> list:
+    """One point of the curve: ``[trial, seconds, estimate_ms]`` with the tasks' ``best`` times (s) so far."""
+    # Summed afresh at every point: a running total would drift by float rounding.
+    estimate_ms = sum(weights.get(t, 1) * b for t, b in best.items()) * 1e3
+    # Rounding is monotone, so a best-so-far curve stays non-increasing once rounded.
+    return [trial, round(seconds, 2), float(f"{estimate_ms:.6g}")]
 
 
 def thin(points: list[list], cap: int = MAX_CURVE_POINTS) -> list[list]:

@@ -1,0 +1,140 @@
+"""The auto budget for real: MetaSchedule tuning a tiny MLP (two matmul tasks) until a rule stops it.
+
+Each stop reason once, made deterministic: a trial cap past the first round (so the gradient phase runs),
+a tiny max_minutes, a plateau that any gain passes (gain = 1.0), a baseline far above any candidate
+(until), and a per-task cap that ends every task first (exhausted). These build through the VM builder
+with the in-process candidate builder (no Ray) against the real local farm; the last test runs a whole
+sweep (Ray, the farm, SQLite) where the auto build waits for the sweep's own onnxruntime job.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+
+from db.store import ResultStore
+from orchestrator.farm import LocalFarm
+from orchestrator.plan import plan_jobs
+from orchestrator.scheduler import run_sweep
+from orchestrator.spec import load_spec
+from tests.conftest import write_sweep
+from tvmbench.answers import query
+from workers import model_zoo
+from workers.artifacts import ArtifactCache
+from workers.executors.registry import build_job
+from workers.executors.requests import BuildRequest
+from workers.tuning.stage import TuningEnv
+from workers.tuning.stopping import STOP_REASONS
+
+# Each build tunes for 15-40 s on 2 quiet cores; the sweep at the end a few minutes.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+SWEEP = """
+name = "auto"
+label = "{label}"
+[[models]]
+path = "{model}"
+[axes]
+executor = {executors}
+tuning = ["auto"]
+[tuning]
+cost_model = "random"
+num_trials_per_iter = 2
+{rules}
+[measure]
+number = 2
+repeat = 3
+"""
+
+
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("auto") / "mlp.onnx"
+    onnx.save(model_zoo.tiny_mlp(), path)
+    return path
+
+
+def tuned(tmp_path: Path, farm: LocalFarm, model: Path, rules: str, baseline: dict | None = None) -> dict[str, Any]:
+    """Build the auto job of a one-job sweep with ``rules``; its Build's tuning provenance."""
+    text = SWEEP.format(label="", model=model, executors='["vm-compiled"]', rules=rules)
+    (job,) = plan_jobs(load_spec(write_sweep(tmp_path, text)))
+    env = TuningEnv(tracker=farm.tracker, builder="local", baseline=baseline)
+    # MetaSchedule's logging setup lists its logger's handlers by name; the ones pytest's log capture leaves
+    # there have none and break the next tuning run in this process (as in tests/test_tuning_records.py).
+    ms_logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in [h for h in ms_logger.handlers if h.get_name() is None]:
+        ms_logger.removeHandler(handler)
+    build, data = build_job(BuildRequest(job, model.read_bytes(), tuning_env=env))
+    assert build.ok and data, build.error
+    assert "MetaScheduleApplyDatabase" in build.pass_trace
+    t = build.tuning
+    assert t is not None and t["stopped_by"] in STOP_REASONS and t["curve"], t
+    assert len(t["tasks"]) == 2 and all(x["records_found"] and x["trials"] >= 2 for x in t["tasks"]), t["tasks"]
+    assert sum(x["trials"] for x in t["tasks"]) == t["trials_run"] and t["trials_from_records"] == 0
+    return t
+
+
+def test_the_trial_cap_ends_it_past_the_first_round(tmp_path: Path, local_farm: LocalFarm, mlp: Path) -> None:
+    t = tuned(tmp_path, local_farm, mlp, "max_trials = 10")
+    # Two tasks x 2 in the first round, then the gradient scheduler's picks, 2 at a time, to the cap.
+    assert (t["stopped_by"], t["stop"], t["trials_run"]) == ("max_trials", {"trials": 10, "max_trials": 10}, 10)
+    assert t["budget"] == 10 and t["auto"]["max_trials"] == 10 and t["auto"]["until"] is None
+
+
+def test_max_minutes_ends_it_after_the_first_round(tmp_path: Path, local_farm: LocalFarm, mlp: Path) -> None:
+    t = tuned(tmp_path, local_farm, mlp, "max_trials = 64\nmax_minutes = 0.001")
+    assert t["stopped_by"] == "max_minutes" and t["trials_run"] == 4, t  # the first round always runs
+    assert t["stop"]["max_minutes"] == 0.001 and t["stop"]["minutes"] >= 0.001
+    assert t["stop"]["minutes"] * 60 <= t["tuning_s"]
+
+
+def test_a_plateau_ends_it_once_its_window_is_measured(tmp_path: Path, local_farm: LocalFarm, mlp: Path) -> None:
+    t = tuned(tmp_path, local_farm, mlp, "max_trials = 64\nplateau = { trials = 2, gain = 1.0 }")
+    assert t["stopped_by"] == "plateau" and t["trials_run"] == 4, t
+    stop = t["stop"]
+    assert (stop["trials"], stop["gain"]) == (2, 1.0) and stop["gained"] < 1.0
+    assert stop["to_ms"] <= stop["from_ms"] and stop["to_ms"] == t["curve"][-1][2]
+
+
+def test_until_ends_it_once_the_estimate_is_at_the_baseline(tmp_path: Path, local_farm: LocalFarm, mlp: Path) -> None:
+    baseline = {"ms": 1e6, "source": "a baseline far above any candidate"}
+    t = tuned(tmp_path, local_farm, mlp, 'max_trials = 64\nuntil = "onnxruntime"', baseline)
+    assert t["stopped_by"] == "until" and t["trials_run"] == 4, t
+    assert t["stop"]["until_ms"] == 1e6 and 0 < t["stop"]["estimate_ms"] <= 1e6
+    assert t["auto"]["baseline"] == baseline and t["auto"]["until_ms"] == 1e6
+
+
+def test_a_search_that_runs_out_says_exhausted(tmp_path: Path, local_farm: LocalFarm, mlp: Path) -> None:
+    t = tuned(tmp_path, local_farm, mlp, 'max_trials = 64\ntrials_per_task = 2\nuntil = "onnxruntime"')
+    assert (t["stopped_by"], t["stop"]) == ("exhausted", {"trials": 4, "max_trials": 64}), t
+    # No baseline given: the until rule is inactive, and the provenance says so.
+    assert t["auto"]["until_ms"] is None and "onnxruntime" in t["auto"]["inactive"]
+
+
+def test_a_sweep_tunes_until_its_own_onnxruntime_median(
+    tmp_path: Path, ray_local: None, local_farm: LocalFarm, mlp: Path
+) -> None:
+    rules = 'until = "onnxruntime"\nmax_trials = 8'
+    executors = '["onnxruntime", "vm-compiled"]'
+    spec = load_spec(write_sweep(tmp_path, SWEEP.format(label="e2e", model=mlp, executors=executors, rules=rules)))
+    store = ResultStore(f"sqlite:///{tmp_path / 'results.db'}")
+    try:
+        outcome = run_sweep(spec, store, local_farm.tracker, ArtifactCache(tmp_path / "artifacts"), health_checks=False)
+        assert outcome.complete and dict(outcome.statuses) == {"ok": 2}, outcome
+        rows = {r["executor"]: r for r in query.results(store, spec.sweep_id)}
+        ort, auto = rows["onnxruntime"], rows["vm-compiled"]
+        t = query.job_detail(store, auto["job_key"], spec.sweep_id)["build"]["tuning"]
+        # The build started after the baseline job was measured: it was given that job's median.
+        assert t["auto"]["until_ms"] == pytest.approx(ort["median_ms"]), (t["auto"], ort["median_ms"])
+        assert t["auto"]["baseline"]["source"] == f"onnxruntime job {ort['job_key'][:12]} of this sweep"
+        print(f"auto sweep: stopped by {t['stopped_by']} {t['stop']}, onnxruntime {ort['median_ms']:.4g} ms")
+        assert t["stopped_by"] in ("until", "max_trials"), t["stop"]
+        if t["stopped_by"] == "until":
+            assert t["stop"]["estimate_ms"] <= t["auto"]["until_ms"]
+        assert auto["tuning_stopped_by"] == t["stopped_by"] and auto["tuning_budget"] == 8
+    finally:
+        store.close()
