@@ -31,6 +31,7 @@ from orchestrator.scheduling.jobs import JobState
 from orchestrator.scheduling.measurements import FixedBoards
 from orchestrator.scheduling.pool import InlinePool
 from orchestrator.scheduling.run import execute_sweep, run_sweep
+from orchestrator.scheduling.tuning_turns import TuningTurns
 from orchestrator.spec import SweepSpec, load_spec
 from tests.conftest import write_sweep
 from tvmbench.core.records import AutoBudget, Build, Job, ModelRef, Run, TargetSpec
@@ -436,6 +437,47 @@ def test_parked_builds_are_released_when_nothing_else_can_happen() -> None:
     again = BaselineWait(states)
     again.hold(["b-auto"])
     assert again.released() == ["b-auto"] and again.baseline(auto) is None
+
+
+def test_tuned_builds_of_the_same_workloads_take_turns_smallest_budget_first(
+    tmp_path: Path, store: ResultStore, no_tracker: None
+) -> None:
+    log: list[str] = []
+    builder, runner = LoggingBuilder(log), FakeRunner()
+    names = ("vm-bytecode", "vm-compiled")
+    spec = replace(make_spec(tmp_path, ("k",)), executors=names, tunings=(0, 16, 8))
+    pool = InlinePool(builds_at_once=4)
+    outcome = sweep(spec, store, tmp_path, builder, runner, pool=pool, executors=fake_executors(builder, runner, names))
+    assert dict(outcome.statuses) == {"ok": 6}, outcome
+    tuned = [line for line in log if not line.endswith(" 0")]
+    assert tuned == ["build vm-bytecode 8", "build vm-compiled 8", "build vm-bytecode 16", "build vm-compiled 16"]
+    for kind, items, in_flight in pool.submitted:
+        if kind == "build" and any(item.job.tuning for item in items):  # no other tuned build beside it
+            assert not [i for k, its in in_flight if k == "build" for i in its if i.job.tuning], in_flight
+    # The untuned builds do not wait: both were submitted before the first tuned build finished.
+    builds = [items for kind, items, _ in pool.submitted if kind == "build"]
+    first_tuned = next(i for i, items in enumerate(builds) if items[0].job.tuning)
+    assert sum(1 for items in builds[: first_tuned + 2] for item in items if not item.job.tuning) == 2, log
+
+
+def test_turns_are_per_workload_group() -> None:
+    base = Job(model=model_ref(), target=TargetSpec("t", {"kind": "llvm"}, "k", "x86_64"), executor="vm-bytecode",
+               opt_level=2, pipeline="per-target", tuning=64)  # fmt: skip
+    jobs = {
+        "a64": base,
+        "a8": replace(base, executor="vm-compiled", opt_level=3, tuning=8),  # same tasks: same group
+        "nhwc": replace(base, layout="NHWC"),  # other workloads
+        "other-key": replace(base, target=TargetSpec("t", {"kind": "llvm"}, "k2", "x86_64")),
+        "untuned": replace(base, tuning=0),
+    }
+    turns = TuningTurns({k: [JobState(j, k)] for k, j in jobs.items()})
+    queued = turns.order(list(jobs))
+    assert queued == ["a8", "a64", "nhwc", "other-key", "untuned"]
+    turns.started("a8")
+    assert turns.first_free(queued[1:]) == 1  # a64 waits; nhwc may go
+    assert turns.first_free(["a64", "untuned"]) == 1
+    turns.finished("a8")
+    assert turns.first_free(["a64"]) == 0
 
 
 def test_the_rules_run_without_ray_or_tvm_in_a_fresh_process() -> None:

@@ -29,6 +29,7 @@ from orchestrator.scheduling.measurements import Boards, MeasureQueue, Quarantin
 from orchestrator.scheduling.pool import TaskPool
 from orchestrator.scheduling.references import References
 from orchestrator.scheduling.tasks import BuildItem, BuildResult, MeasureItem, MeasureResult
+from orchestrator.scheduling.tuning_turns import TuningTurns
 from orchestrator.spec import SweepSpec
 from tvmbench.core.errors import one_line
 from tvmbench.core.liveness import HEARTBEAT_S
@@ -128,7 +129,8 @@ class SweepRun:
         self.by_build = by_build
         self.queue = BuildQueue(by_build, self.store, self.cache, self.pool.put)
         self.baselines = BaselineWait(by_build)  # auto builds tuning until the baseline start after it
-        self.queue.to_build = deque(self.baselines.hold(self.queue.to_build))
+        self.turns = TuningTurns(by_build)  # tuned builds of the same workloads one after another
+        self.queue.to_build = deque(self.turns.order(self.baselines.hold(self.queue.to_build)))
         self.listener.on_start(len(self.queue.cached), len(self.queue.to_build), len(jobs))
         if self.queue.to_build:  # identical programs skip codegen: builds claim each program in the index
             self.pool.start_index(self.queue.known)
@@ -200,14 +202,20 @@ class SweepRun:
             and not measures.fenced_measuring()
             and not measures.fence_waiting()
         ):
+            first = self.turns.first_free(queue.to_build)
+            if first is None:  # every queued build waits for its group's tuned build to finish
+                break
             # Cheap builds share a task, as many as keep every free CPU busy.
             size = min(BATCH_MAX, math.ceil(len(queue.to_build) / (self.pool.cpus() - self.builds_in_flight)))
-            keys = [queue.to_build.popleft()]
+            keys = [queue.to_build[first]]
+            del queue.to_build[first]
             while queue.to_build and len(keys) < size and self._builds_cheaply(keys[0], queue.to_build[0]):
                 keys.append(queue.to_build.popleft())
             handle = self.pool.submit_builds([self._build_item(k) for k in keys])
             self.in_flight[handle] = BuildTask(tuple(keys))
             self.builds_in_flight += 1
+            for key in keys:
+                self.turns.started(key)
 
     def _builds_cheaply(self, *build_keys: str) -> bool:
         jobs = [self.by_build[k][0].job for k in build_keys]
@@ -276,6 +284,7 @@ class SweepRun:
     def _builds_done(self, task: BuildTask, results: list[BuildResult] | BaseException) -> None:
         done: list[tuple[str, Build]] = []
         for i, build_key in enumerate(task.build_keys):
+            self.turns.finished(build_key)
             if isinstance(results, BaseException):
                 build, data = Build(build_key, status="build", error=f"build task failed: {one_line(results)}"), None
             else:

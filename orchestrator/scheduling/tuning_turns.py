@@ -1,0 +1,72 @@
+"""Tuned builds of the same workloads take turns, so that the later ones reuse the earlier ones' records.
+
+Two tuned builds of one model on one target and board key (in one layout, release and pipeline) tune the
+same tasks whatever their executor or opt_level. Side by side, each pays for its own search and neither
+sees the other's trials, and on a board key with one board their candidates queue for it anyway. One
+after the other, the second finds the first's records, which the tuning stage counts against its budget
+(workers/tuning/stage.py): a vm-bytecode job beside its vm-compiled twin spends no trials, and
+``tuning = [64, 512]`` runs 64 trials and then 448 more. Smaller budgets go first, so that the program a
+job gets is what its own budget bought (an auto budget counts as its cap).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from orchestrator.scheduling.jobs import JobState
+from tvmbench.core.records import Job, canonical_json
+
+
+def workload_group(job: Job) -> tuple[Any, ...] | None:
+    """What decides a tuned job's tasks and the scope of their records; None for an untuned job."""
+    if not job.tuning:
+        return None
+    return (
+        job.model.sha256,
+        job.model.inputs,
+        canonical_json(job.target.tvm_target),
+        job.target.board_key,
+        job.layout,
+        job.toolchain,
+        job.pipeline,
+        job.tuning_settings.module_equality,
+    )
+
+
+class TuningTurns:
+    """Which queued builds may start now: at most one tuned build of each workload group at a time."""
+
+    def __init__(self, by_build: dict[str, list[JobState]]) -> None:
+        self.group = {key: workload_group(states[0].job) for key, states in by_build.items()}
+        self.budget = {key: states[0].job.tuning for key, states in by_build.items()}
+        self.busy: set[tuple[Any, ...]] = set()
+
+    def order(self, to_build: Iterable[str]) -> list[str]:
+        """``to_build`` with each group's builds in ascending budget, in the places the group's builds held."""
+        queued = list(to_build)
+        slots: dict[tuple[Any, ...], list[int]] = {}
+        for i, key in enumerate(queued):
+            if (group := self.group.get(key)) is not None:
+                slots.setdefault(group, []).append(i)
+        for places in slots.values():
+            keys = sorted((queued[i] for i in places), key=lambda k: self.budget[k])  # stable: plan order on ties
+            for i, key in zip(places, keys, strict=True):
+                queued[i] = key
+        return queued
+
+    def first_free(self, to_build: Sequence[str]) -> int | None:
+        """The index of the first queued build that may start (untuned, or its group not tuning), else None."""
+        for i, key in enumerate(to_build):
+            group = self.group.get(key)
+            if group is None or group not in self.busy:
+                return i
+        return None
+
+    def started(self, key: str) -> None:
+        if (group := self.group.get(key)) is not None:
+            self.busy.add(group)
+
+    def finished(self, key: str) -> None:
+        if (group := self.group.get(key)) is not None:
+            self.busy.discard(group)
