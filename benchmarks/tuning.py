@@ -30,7 +30,7 @@ def bundled(name: str) -> bool:
     return name.startswith("light_")
 
 
-def sweep_toml(models: list[str], model_dir: Path, budgets: list[int], args: argparse.Namespace) -> str:
+def sweep_toml(models: list[str], model_dir: Path, budgets: list[int | str], args: argparse.Namespace) -> str:
     """The sweep: the models on host, vm-compiled and the onnxruntime baseline, tuning = [0, budgets...].
 
     With ``--kernels``, vm-bytecode too, profiled per kernel (the VM's per-kernel view is vm-bytecode's);
@@ -46,12 +46,18 @@ def sweep_toml(models: list[str], model_dir: Path, budgets: list[int], args: arg
         f"executor = {json.dumps(executors)}",
         "opt_level = [2]",
         'pipeline = ["per-target"]',
-        f"tuning = [0, {', '.join(str(b) for b in budgets)}]",
+        f"tuning = {json.dumps([0, *budgets])}",
         "",
         "[tuning]",
         f'cost_model = "{args.cost_model}"',
         f"num_trials_per_iter = {args.trials_per_iter}",
         f"seed = {args.seed}",
+        *(  # the auto budget's rules (benchmark --max-minutes, --until, --plateau)
+            [f"max_minutes = {args.max_minutes:g}", *([f'until = "{args.until}"'] if args.until else [])]
+            + ([f"plateau = {{ trials = {args.plateau[0]}, gain = {args.plateau[1]:g} }}"] if args.plateau else [])
+            if "auto" in budgets
+            else []
+        ),
         "",
         "[measure]",
         f"number = {args.number}",
@@ -120,6 +126,7 @@ def figures(db: str, sweep_id: str) -> list[dict[str, Any]]:
                 "x_ort": (r["median_ms"] / ort[r["model"]]) if r["median_ms"] and ort.get(r["model"]) else None,
                 "tuning_s": tuning_s,
                 "trials_run": trials,
+                "stopped_by": tuning.get("stopped_by"),
                 "trials_from_records": tuning.get("trials_from_records"),
                 "trials_per_s": trials / tuning_s if trials and tuning_s else None,
                 "failed": tuning.get("failed_trials"),
@@ -132,7 +139,14 @@ def figures(db: str, sweep_id: str) -> list[dict[str, Any]]:
         )
     store.close()
     order = {"onnxruntime": 0}
-    return sorted(out, key=lambda x: (x["model"], order.get(x["executor"], 1), x["executor"], x["budget"]))
+    return sorted(
+        out, key=lambda x: (x["model"], order.get(x["executor"], 1), x["executor"], _budget_order(x["budget"]))
+    )
+
+
+def _budget_order(budget: int | str) -> int:
+    """Budgets ascending, the auto budget last."""
+    return budget if isinstance(budget, int) else 1 << 30
 
 
 def kernel_tables(db: str, sweep_id: str) -> dict[str, list[dict[str, Any]]]:
@@ -151,7 +165,7 @@ def kernel_tables(db: str, sweep_id: str) -> dict[str, list[dict[str, Any]]]:
         profile = (final[-1].get("kernel_profile") or {}) if final else {}
         if profile.get("available"):
             kernels = {k["name"]: k["total_ms"] for k in profile["kernels"] if k.get("kind") == "kernel"}
-            profiles.setdefault(r["model"], {})[budget if isinstance(budget, int) else 1 << 30] = kernels
+            profiles.setdefault(r["model"], {})[_budget_order(budget)] = kernels
     store.close()
     tables = {}
     for model, by_budget in profiles.items():
@@ -205,6 +219,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         ci = "-" if r["ci"] is None else f"[{r['ci'][0]:.4g}, {r['ci'][1]:.4g}]"
         pct = lambda v: "-" if v is None else f"{v * 100:.0f}%"  # noqa: E731
         status = "" if r["status"] == "ok" else f"  {r['status']}: {r['error']}"
+        status += f"  stopped by {r['stopped_by']}" if r.get("stopped_by") else ""
         print(
             f"{r['model']:18} {config:22} {_f(r['median_ms'], '.4g'):>10} {ci:>20} {_f(r['x_ort'], '.3g'):>7} "
             f"{_f(r['tuning_s'], '.0f'):>8} {_f(r['trials_run'], 'd'):>7} {_f(r['trials_from_records'], 'd'):>6} "
@@ -220,7 +235,14 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--budgets", default="32,64", help="comma-separated trial budgets (0 = untuned is always run)")
+    parser.add_argument(
+        "--budgets", default="32,64", help='comma-separated trial budgets and/or "auto" (0 = untuned is always run)'
+    )
+    parser.add_argument("--max-minutes", type=float, default=15.0, help="the auto budget's time limit")
+    parser.add_argument("--until", default=None, help='the auto budget\'s until: "onnxruntime" or milliseconds')
+    parser.add_argument(
+        "--plateau", default=None, type=lambda v: (int(v.split(",")[0]), float(v.split(",")[1])), help="TRIALS,GAIN"
+    )
     parser.add_argument(
         "--models",
         default="small_convnet,light_shufflenet",
@@ -238,7 +260,11 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
     args = parser.parse_args()
     args.cost_model = args.cost_model or default_cost_model()
-    budgets = sorted({int(b) for b in args.budgets.split(",") if b.strip() and int(b) > 0})
+    given = [b.strip() for b in args.budgets.split(",") if b.strip()]
+    budgets: list[int | str] = [
+        *sorted({int(b) for b in given if b != "auto" and int(b) > 0}),
+        *(["auto"] if "auto" in given else []),
+    ]
     models = [m.strip() for m in args.models.split(",") if m.strip()]
 
     import onnx
