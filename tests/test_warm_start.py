@@ -202,3 +202,37 @@ def test_results_show_says_what_the_warm_start_did() -> None:
     off = tuning_lines({**base, "warm_start": {"enabled": False}})
     assert any("warm start: off" in x for x in off)
     assert not any("warm start" in x for x in tuning_lines(base)), "builds tuned before it say nothing"
+
+
+def test_the_cost_model_learns_the_stored_records_and_ranks_from_the_first_round(convs) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.database import TuningRecord
+
+    from tvmbench.core.records import MS_FAILED_RUN_S, TuningSettings
+    from workers.tuning.stage import tuning_target
+    from workers.tuning.warm_start import ACTIVE_AFTER, pretrain
+
+    small, _ = convs
+    mod = small["fused_conv2d1_add_relu"]
+    target = tuning_target({"kind": "llvm"}, TuningSettings(num_cores=1))
+    context = ms.TuneContext(mod=mod, target=target, num_threads=1)
+    sampled = _sampled_records(mod, ACTIVE_AFTER + 8)
+    # Times that follow the schedules' own features (no board here): a model wired right learns them back;
+    # one given the times of other records (misaligned) could not.
+    extractor = ms.feature_extractor.PerStoreFeature()
+    features = extractor.extract_from(context, [r.as_measure_candidate() for r in sampled])
+    secs = [1e-6 * (1.0 + float(f.numpy().sum())) for f in features]
+    records = [TuningRecord(r.trace, r.workload, run_secs=[t]) for r, t in zip(sampled, secs, strict=True)]
+    failed = TuningRecord(records[0].trace, records[0].workload, run_secs=[MS_FAILED_RUN_S])
+    model, info = pretrain("xgb", [(records[0].workload, "h", [*records, failed])], target, 1)
+    assert info == {"trained_on": len(records), "workloads": 1}, "every record but the failed one"
+    assert model.num_warmup_samples == 0, "enough stored records: it ranks from the first round"
+    scores = model.predict(context, [r.as_measure_candidate() for r in records])
+    # A higher score is a faster schedule: scores and times rank the records in opposite orders.
+    rho = np.corrcoef(np.argsort(np.argsort(scores)), np.argsort(np.argsort([-t for t in secs])))[0, 1]
+    assert rho > 0.5, rho
+    few, info = pretrain("xgb", [(records[0].workload, "h", records[:4])], target, 1)
+    assert info["trained_on"] == 4 and few.num_warmup_samples == 100, "too few: MetaSchedule's warmup stays"
+    none, info = pretrain("random", [(records[0].workload, "h", records)], target, 1)
+    assert none is None and "learns nothing" in info["note"]
