@@ -70,9 +70,9 @@ def tuned(db: str, sweep_id: str) -> dict[str, Any]:
         store.close()
 
 
-def trials_to_reach(curve: list[list[float]], goal_ms: float) -> int | None:
-    """The first trial whose best-so-far estimate is within ``goal_ms``; None if the curve never gets there."""
-    return next((int(trial) for trial, _, ms in curve if ms <= goal_ms), None)
+def to_reach(curve: list[list[float]], goal_ms: float) -> tuple[int, float] | tuple[None, None]:
+    """(trial, tuning seconds) of the first point whose best-so-far estimate is within ``goal_ms``."""
+    return next(((int(trial), float(s)) for trial, s, ms in curve if ms <= goal_ms), (None, None))
 
 
 def run(work: Path, name: str, model: Path, db: str, warm: bool, args: argparse.Namespace) -> dict[str, Any]:
@@ -106,10 +106,12 @@ def report(cold: dict[str, Any], warm: dict[str, Any], source: dict[str, Any]) -
     rows = []
     for label, t in (("cold", cold), ("warm", warm)):
         curve = t.get("curve") or []
+        trials, seconds = (None, None) if goal is None else to_reach(curve, goal)
         rows.append(
             {
                 "run": label,
-                "trials_to_goal": None if goal is None else trials_to_reach(curve, goal),
+                "trials_to_goal": trials,
+                "s_to_goal": seconds,
                 "first_ms": curve[0][2] if curve else None,
                 "final_ms": curve[-1][2] if curve else None,
                 "median_ms": t.get("median_ms"),
@@ -120,12 +122,13 @@ def report(cold: dict[str, Any], warm: dict[str, Any], source: dict[str, Any]) -
         )
     print(f"\ngoal: 1.1 x the cold search's final estimate = {_f(goal)} ms (cold final {_f(final)} ms)")
     print(
-        f"{'run':5} {'trials to goal':>14} {'first est ms':>12} {'final est ms':>12} {'median ms':>10} "
-        f"{'trials':>6} {'tune s':>7}"
+        f"{'run':5} {'trials to goal':>14} {'s to goal':>9} {'first est ms':>12} {'final est ms':>12} "
+        f"{'median ms':>10} {'trials':>6} {'tune s':>7}"
     )
     for r in rows:
         print(
-            f"{r['run']:5} {_f(r['trials_to_goal'], 'd'):>14} {_f(r['first_ms']):>12} {_f(r['final_ms']):>12} "
+            f"{r['run']:5} {_f(r['trials_to_goal'], 'd'):>14} {_f(r['s_to_goal'], '.0f'):>9} {_f(r['first_ms']):>12} "
+            f"{_f(r['final_ms']):>12} "
             f"{_f(r['median_ms']):>10} {_f(r['trials_run'], 'd'):>6} {_f(r['tuning_s'], '.0f'):>7}"
         )
     for r in rows:

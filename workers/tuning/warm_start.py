@@ -100,7 +100,7 @@ def pretrain(kind: str, sample: list[tuple[Any, str, list[Any]]], target: Any, t
         model = ms.cost_model.CostModel.create(kind, num_tuning_cores=threads, tree_method="auto")
     except Exception as exc:  # xgboost or torch missing (a toolchain's interpreter): tune cold
         return None, {"note": f"cost model not trained: {one_line(exc)}"}
-    trained, workloads = 0, 0
+    batches = []
     for workload, _, records in sample:
         candidates, results = [], []
         for record in records:
@@ -113,11 +113,17 @@ def pretrain(kind: str, sample: list[tuple[Any, str, list[Any]]], target: Any, t
                 continue
             results.append(RunnerResult(run_secs=secs, error_msg=None))
         if candidates:
-            # The context gives the features their target and the model its per-workload group.
-            context = ms.TuneContext(mod=workload.mod, target=target, num_threads=threads)
-            model.update(context, candidates, results)
-            trained += len(candidates)
-            workloads += 1
+            batches.append((workload, candidates, results))
+    adaptive = getattr(model, "adaptive_training", None)
+    for i, (workload, candidates, results) in enumerate(batches):
+        if adaptive and i == len(batches) - 1:
+            # XGBoost retrains only once its data grew by a fifth: the last workload's records must count.
+            model.adaptive_training = False
+        # The context gives the features their target and the model its per-workload group.
+        model.update(ms.TuneContext(mod=workload.mod, target=target, num_threads=threads), candidates, results)
+    if adaptive is not None:
+        model.adaptive_training = adaptive
+    trained, workloads = sum(len(b[1]) for b in batches), len(batches)
     if trained >= ACTIVE_AFTER and hasattr(model, "num_warmup_samples"):
         model.num_warmup_samples = 0
     return model, {"trained_on": trained, "workloads": workloads}
