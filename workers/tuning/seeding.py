@@ -12,7 +12,7 @@ the innermost, the largest divisor of what is left no larger than the old factor
 small_convnet's first convolution tuned at 64x64x16 (32 trials), its 8 best records replayed onto
 56x56x24, 48x48x12, 40x40x20 and 32x32x8 (best of 3 timings of 5 runs each, 2 cores): either replay beat
 16 random samples of the design space on every shape (best 51.7 against 107 µs at 56x56x24); MetaSchedule's
-own fix-up was up to 12x slower on some records (402 against 66 µs) and adapt_tile up to 1.4x slower on
+own fix-up was up to 6x slower on some records (402 against 66 µs) and adapt_tile up to 1.4x slower on
 others (23.4 against 16.6 µs at 48x48x12). Both are kept when they differ: the search measures and ranks
 them.
 
