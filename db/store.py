@@ -324,6 +324,12 @@ class ResultStore:
         where = {"target_key": target_key, "board_key": board_key, "tvm_version": tvm_version}
         return self._read(lambda s: tuning_records.records_with_workloads(s, scope, **where, model_name=model_name))
 
+    def tuning_sample(
+        self, scope: records.TuningScope, *, best: int, per_workload: int, total: int
+    ) -> list[tuple[m.TuningWorkload, list[m.TuningRecord]]]:
+        """Per workload of ``scope``: its best valid records and a spread of the rest (a warm start's set)."""
+        return self._read(lambda s: tuning_records.sample(s, scope, best=best, per_workload=per_workload, total=total))
+
     def tuning_record_count(self, scope: records.TuningScope) -> int:
         """How many records (valid or not) ``scope`` holds (MetaSchedule's ``len(database)``)."""
         return self._read(lambda s: tuning_records.record_count(s, scope))

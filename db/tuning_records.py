@@ -191,3 +191,43 @@ def scopes(s: Session) -> list[dict[str, Any]]:
         }
         for tk, bk, tv, eq, nw, nr in rows
     ]
+
+
+def spread(ids: list[int], best: int, count: int) -> list[int]:
+    """``count`` of ``ids`` (ranked fastest first): the ``best`` first ones and the rest evenly spaced, so a
+    sample keeps slow records beside fast ones (a cost model learns a ranking from both)."""
+    if len(ids) <= count:
+        return list(ids)
+    head, rest, k = ids[:best], ids[best:], count - min(best, count)
+    if k <= 0:
+        return head[:count]
+    picks = sorted({round(i * (len(rest) - 1) / max(1, k - 1)) for i in range(k)})
+    return head + [rest[i] for i in picks]
+
+
+def sample(
+    s: Session, scope: records.TuningScope, *, best: int, per_workload: int, total: int
+) -> list[tuple[m.TuningWorkload, list[m.TuningRecord]]]:
+    """Per workload of ``scope`` with valid records: a sample of them, fastest first (``spread``), at most
+    ``per_workload`` each and ``total`` in all (fewer per workload when there are many); failed trials never.
+    """
+    w, r = m.TuningWorkload, m.TuningRecord
+    ranked: dict[int, list[int]] = {}
+    stmt = (
+        select(r.workload_id, r.id)
+        .join(w, r.workload_id == w.id)
+        .where(scope_clause(scope), r.valid.is_(True))
+        .order_by(r.workload_id, r.mean_run_s, r.id)
+    )
+    for workload_id, record_id in s.execute(stmt):  # ids only: the traces are read for the chosen ones
+        ranked.setdefault(workload_id, []).append(record_id)
+    if not ranked:
+        return []
+    each = max(1, min(per_workload, total // len(ranked)))
+    chosen = {wid: spread(ids, min(best, each), each) for wid, ids in list(ranked.items())[:total]}
+    wanted = [i for ids in chosen.values() for i in ids]
+    rows: dict[int, m.TuningRecord] = {}
+    for at in range(0, len(wanted), 500):  # under any backend's limit on bound parameters
+        rows.update({x.id: x for x in s.scalars(select(r).where(r.id.in_(wanted[at : at + 500])))})
+    workloads = {x.id: x for x in s.scalars(select(w).where(w.id.in_(list(chosen))))}
+    return [(workloads[wid], [rows[i] for i in ids]) for wid, ids in chosen.items()]

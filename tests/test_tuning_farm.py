@@ -123,8 +123,9 @@ def test_provenance_says_what_tuning_did(tuned: dict[str, Any]) -> None:
     t = build.tuning
     assert set(t) == {
         "budget", "trials_run", "trials_from_records", "tasks", "failed_trials", "errors", "tuning_s",
-        "build_s", "board_wait_s", "run_s", "cost_model", "seed", "database", "curve",
+        "build_s", "board_wait_s", "run_s", "cost_model", "seed", "database", "warm_start", "curve",
     }  # fmt: skip
+    assert t["warm_start"]["enabled"] and t["warm_start"]["trained_on"] == 0, "an empty store trains nothing"
     assert t["budget"] == 16 and t["trials_run"] == 16 and t["trials_from_records"] == 0
     assert t["database"] == "sql" and t["cost_model"] == "xgb"
     tuned_tasks = [x for x in t["tasks"] if x["trials"]]

@@ -35,6 +35,8 @@ def parse_tuning(data: dict[str, Any]) -> TuningSettings:
         elif name == "module_equality":
             if value not in MODULE_EQUALITIES:
                 raise SpecError(f"{where} = {value!r}: use " + " or ".join(f'"{c}"' for c in MODULE_EQUALITIES))
+        elif name == "warm_start":
+            typed(where, value, bool, "true or false")
         elif name in ("builder_timeout_s", "runner_timeout_s", "device_wait_s"):
             typed(where, value, (int, float), "a number of seconds")
             if not 0 < value <= 86_400:

@@ -146,6 +146,9 @@ def tuning_lines(tuning: dict[str, Any]) -> list[str]:
     stop = stop_text(tuning)
     if stop:
         lines.append(f"    stopped by {stop}")
+    warm = warm_start_line(tuning.get("warm_start"))
+    if warm:
+        lines.append(warm)
     for message in (tuning.get("errors") or [])[:5]:
         lines.append(f"    failed trial: {message}")
     return lines
@@ -193,6 +196,28 @@ def stop_text(tuning: dict[str, Any]) -> str | None:
     else:
         text = str(v.get("error", ""))
     return f"{rule}: {text}"
+
+
+def warm_start_line(warm: dict[str, Any] | None) -> str | None:
+    """The warm start of a build's tuning in one line; None for builds tuned before it was recorded."""
+    if not warm:
+        return None
+    if not warm.get("enabled"):
+        return "    warm start: off ([tuning] warm_start = false)"
+    seeded = warm.get("seeded") or []
+    text = (
+        f"    warm start: cost model trained on {warm.get('trained_on', 0)} stored records of "
+        f"{warm.get('workloads', 0)} workloads ({_s(warm.get('train_s'))}); "
+    )
+    if seeded:
+        total = {k: sum(int(s.get(k) or 0) for s in seeded) for k in ("offered", "accepted", "measured")}
+        text += (
+            f"{len(seeded)} tasks seeded from similar workloads: {total['offered']} records offered, "
+            f"{total['accepted']} replays accepted, {total['measured']} measured first"
+        )
+    else:
+        text += "no task seeded"
+    return text + (f" ({warm['note']})" if warm.get("note") else "")
 
 
 def print_tuning(console: Console, tuning: dict[str, Any] | None) -> None:

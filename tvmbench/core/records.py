@@ -210,6 +210,9 @@ class TuningSettings:
     builder_timeout_s: float = 120.0  # one candidate build on a warm worker
     runner_timeout_s: float = 60.0  # one candidate's board session: upload, load, timing
     device_wait_s: float = 60.0  # waiting for a free board, per candidate
+    # Train the cost model on the scope's stored records and seed new workloads from similar ones
+    # (workers/tuning/warm_start.py). In the build key only when off: the keys of before stay.
+    warm_start: bool = True
 
 
 @dataclass(frozen=True)
@@ -325,7 +328,10 @@ def build_config_tuning(job: Job) -> dict[str, Any]:
     """The tuning part of a tuned job's build config: budget, board key (timings on the key's boards
     chose the program) and the [tuning] settings; an auto budget's stop rules too (only there: the keys of
     fixed budgets stay as they were)."""
-    config = {"budget": job.tuning, "board_key": job.target.board_key, **asdict(job.tuning_settings)}
+    settings = asdict(job.tuning_settings)
+    if settings["warm_start"]:  # the default: tuned keys stay what they were before the setting
+        del settings["warm_start"]
+    config = {"budget": job.tuning, "board_key": job.target.board_key, **settings}
     if job.tuning_auto is not None:
         config.update(budget="auto", auto=asdict(job.tuning_auto))
     return config

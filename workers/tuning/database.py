@@ -260,6 +260,15 @@ class SqlTuningDatabase(_PyDatabaseBase):
         coverage = self.store.tuning_coverage(self.scope, hashes)
         return [{"workload_hash": h, **coverage[h]} for h in hashes]
 
+    def sample(self, *, best: int, per_workload: int, total: int) -> list[tuple[Workload, str, list[TuningRecord]]]:
+        """(workload, hash, valid records fastest first) per workload of the scope: its ``best`` records and
+        a spread of the rest, ``per_workload`` at most, ``total`` in all (a warm start's training set)."""
+        out = []
+        for wl, rows in self.store.tuning_sample(self.scope, best=best, per_workload=per_workload, total=total):
+            obj = self._workload_object(wl)
+            out.append((obj, wl.workload_hash, [self._record(row, obj) for row in rows]))
+        return out
+
 
 def trials_covered(
     url: str | None,

@@ -11,12 +11,13 @@ The provenance (``Build.tuning``) has exactly these keys, which the results stor
 before it), ``tasks`` (per task: ``name``, ``weight``, ``flops``, ``trials`` = stored + measured trials
 the task's best record was chosen from, ``best_us``, ``records_found``), ``failed_trials`` ({kind:
 count}), ``errors`` (up to 5 samples), ``tuning_s``, ``build_s``, ``board_wait_s``, ``run_s``,
-``cost_model``, ``seed``, ``database`` ("sql" | "memory" | "json"), and ``curve``: the tuning curve,
-``[[trial, tuning seconds, estimate ms], ...]`` per measured trial (at most 512 points, thinned evenly),
-the estimate being the best-so-far sum over tasks of weight x best candidate time (see
-``workers.tuning.stats.tuning_curve`` for exactly what it counts). An auto budget (``job.tuning_auto``) tunes
-every task in one run that stops by itself (workers/tuning/auto.py) and adds ``auto`` (its rules and
-baseline), ``stopped_by`` and ``stop`` (workers/tuning/stopping.py).
+``cost_model``, ``seed``, ``database`` ("sql" | "memory" | "json"), ``warm_start`` (the cost model's
+training on stored records and the seeds of new workloads: workers/tuning/warm_start.py), and ``curve``:
+the tuning curve, ``[[trial, tuning seconds, estimate ms], ...]`` per measured trial (at most 512 points,
+thinned evenly), the estimate being the best-so-far sum over tasks of weight x best candidate time (see
+``workers.tuning.stats.tuning_curve`` for exactly what it counts). An auto budget (``job.tuning_auto``)
+tunes every task in one run that stops by itself (workers/tuning/auto.py) and adds ``auto`` (its rules
+and baseline), ``stopped_by`` and ``stop`` (workers/tuning/stopping.py).
 """
 
 from __future__ import annotations
@@ -211,6 +212,7 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     from workers.tuning.preload import preload_tensor_intrin
     from workers.tuning.progress import FileProgress, ProgressReporter
     from workers.tuning.runner import FarmRunner, FarmRunnerConfig
+    from workers.tuning.warm_start import begin, warm_provenance
 
     preload_tensor_intrin()  # the first TuneContext imports it; TVMScript's inspect.stack() made that minutes
     settings, auto = job.tuning_settings, job.tuning_auto
@@ -253,7 +255,9 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     started = time.perf_counter()
     todo = list(infos) if auto else [i for i in infos if alloc[i.name] - covered[i.name] > 0]
     stop = nothing_tuned(auto, env.baseline) if auto else None  # run_auto's, once tasks are tuned
+    warm = None
     if todo:
+        warm = begin(db, settings, target, search_threads())  # trains on the stored records: counts as tuning
         fence = None
         if env.fence_dir:
             from workers.toolchains.tuning import FileFence
@@ -284,7 +288,11 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
         pause = build_hold.paused() if build_hold is not None else contextlib.nullcontext()
         with pause, _work_dir() as work_dir:
             contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-                [extracted[i.index] for i in todo], work_dir, seed=settings.seed, num_threads=search_threads()
+                [extracted[i.index] for i in todo],
+                work_dir,
+                strategy=warm.strategy if warm else "evolutionary",
+                seed=settings.seed,
+                num_threads=search_threads(),
             )
             callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _progress_callback(on_batch)]
             current = {"task": ""}
@@ -295,8 +303,9 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
 
                 stop, measured = run_auto(
                     job, todo, contexts, weights, stats, stored_best, from_records, env.baseline,
-                    work_dir=work_dir, builder=builder, runner=runner, database=db, cost_model=settings.cost_model,
-                    measure_callbacks=callbacks, module_equality=settings.module_equality,
+                    work_dir=work_dir, builder=builder, runner=runner, database=warm.database if warm else db,
+                    cost_model=warm.cost_model if warm else settings.cost_model, measure_callbacks=callbacks,
+                    module_equality=settings.module_equality,
                 )  # fmt: skip
             per_task = [] if auto else list(zip(todo, contexts, weights, strict=True))
             for info, ctx, weight in per_task:
@@ -313,8 +322,8 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
                         num_trials_per_iter=min(settings.num_trials_per_iter, trials),
                         builder=builder,
                         runner=runner,
-                        database=db,
-                        cost_model=settings.cost_model,
+                        database=warm.database if warm else db,
+                        cost_model=warm.cost_model if warm else settings.cost_model,
                         measure_callbacks=callbacks,
                         task_scheduler="round-robin",
                         module_equality=settings.module_equality,
@@ -363,6 +372,7 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
         "cost_model": settings.cost_model,
         "seed": settings.seed,
         "database": db_kind,
+        "warm_start": warm_provenance(warm, settings),
         "curve": stats.curve({i.name: i.weight for i in infos}, stored_best, from_records),
         **(stop or {}),
     }
