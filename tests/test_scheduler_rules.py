@@ -460,6 +460,35 @@ def test_tuned_builds_of_the_same_workloads_take_turns_smallest_budget_first(
     assert sum(1 for items in builds[: first_tuned + 2] for item in items if not item.job.tuning) == 2, log
 
 
+class TunedBuilder(FakeBuilder):
+    """A FakeBuilder whose tuned builds say they ran their whole budget, as the tuning stage's provenance does."""
+
+    def build(self, request: BuildRequest) -> tuple[Build, bytes | None]:
+        build, data = super().build(request)
+        job = request.job
+        tuning = {"trials_run": job.tuning - 2, "trials_from_records": 2} if job.tuning else None
+        return replace(build, tuning=tuning), data
+
+
+class TuningEvents(Listener):
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, int]] = []
+
+    def on_tuning(self, done: int, budget: int) -> None:
+        self.seen.append((done, budget))
+
+
+def test_the_progress_ends_at_each_tuned_builds_final_trials(
+    tmp_path: Path, store: ResultStore, no_tracker: None
+) -> None:
+    # The pool's progress table shows nothing here (as when a build's last report lands after the last poll).
+    builder, runner, events = TunedBuilder(), FakeRunner(), TuningEvents()
+    spec = replace(make_spec(tmp_path, ("k",)), tunings=(0, 8, 16))
+    outcome = sweep(spec, store, tmp_path, builder, runner, listeners=(events,))
+    assert dict(outcome.statuses) == {"ok": 3}, outcome
+    assert events.seen == [(8, 8), (24, 24)], events.seen
+
+
 def test_turns_are_per_workload_group() -> None:
     base = Job(model=model_ref(), target=TargetSpec("t", {"kind": "llvm"}, "k", "x86_64"), executor="vm-bytecode",
                opt_level=2, pipeline="per-target", tuning=64)  # fmt: skip

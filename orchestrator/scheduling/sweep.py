@@ -115,6 +115,7 @@ class SweepRun:
         self._beat_at = time.monotonic()  # begin_sweep wrote the first heartbeat
         self._tuning_polled = 0.0
         self._tuning_seen: dict[str, tuple[int, int]] = {}
+        self._tuning_final: dict[str, tuple[int, int]] = {}  # build key -> (trials, budget) of finished builds
 
     def run(self, jobs: list[Job]) -> None:
         by_build: dict[str, list[JobState]] = defaultdict(list)
@@ -293,6 +294,7 @@ class SweepRun:
             done += self.queue.finished(build_key, build, data)
         for build_key, build in done:
             self.listener.on_build_done(self.by_build[build_key][0].job, build)
+            self._tuning_finished(build_key, build)
         for build_key, _ in done:
             self._enqueue(build_key)
 
@@ -413,10 +415,26 @@ class SweepRun:
             return
         self._tuning_polled = now
         table = self.pool.tuning_progress()
-        if table is None or table == self._tuning_seen:
+        if table is None:
+            return
+        table = {**table, **self._tuning_final}  # a finished build's count is its provenance's, not a late report
+        if table == self._tuning_seen:
             return
         self._tuning_seen = table
         self.listener.on_tuning(sum(d for d, _ in table.values()), sum(b for _, b in table.values()))
+
+    def _tuning_finished(self, build_key: str, build: Build) -> None:
+        """A tuned build's final trials to the listeners: its last report to the progress table is fire and
+        forget, and may land after the last poll (the table and the builds use the same build key)."""
+        tuning, budget = build.tuning or {}, self.by_build[build_key][0].job.tuning
+        if not budget or "trials_run" not in tuning:
+            return
+        done = int(tuning["trials_run"]) + int(tuning.get("trials_from_records") or 0)
+        self._tuning_final[build_key] = (done, budget)
+        self._tuning_seen = {**self._tuning_seen, **self._tuning_final}
+        self.listener.on_tuning(
+            sum(d for d, _ in self._tuning_seen.values()), sum(b for _, b in self._tuning_seen.values())
+        )
 
     def _heartbeat(self) -> None:
         """Tell readers this driver is alive (core/liveness.py), at most every HEARTBEAT_S: one UPDATE."""
