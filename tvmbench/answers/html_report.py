@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,10 +19,9 @@ from typing import TYPE_CHECKING, Any
 from tvmbench.answers import query as q
 from tvmbench.answers import ranking, regressions
 from tvmbench.answers import tuning as tuning_answers
-from tvmbench.answers.layouts import layout_in_executor
 from tvmbench.answers.releases import releases as releases_answer
 from tvmbench.answers.releases import version_key
-from tvmbench.answers.stats import median_ci
+from tvmbench.answers.report_figures import failures_figure, latency_figure, png_bytes, releases_figure, trials_figure
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,139 +55,9 @@ class Written:
     pngs: list[Path] = field(default_factory=list)
 
 
-def _png(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    return buf.getvalue()
-
-
 def _slug(*parts: Any) -> str:
     text = "-".join(str(p) for p in parts)
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
-
-
-def latency_figure(group: pd.DataFrame, model: str, board_key: str, unit: str, emulated: bool) -> Figure:
-    """Grouped bars: executor (and layout) on x, one bar per opt_level/pipeline, median with its 95% bootstrap CI."""
-    import numpy as np
-    from matplotlib.figure import Figure
-
-    group = layout_in_executor(group)
-    group = group.sort_values(["executor", "opt_level", "pipeline"])
-    executors = list(dict.fromkeys(group["executor"]))
-    variants = list(dict.fromkeys(zip(group["opt_level"], group["pipeline"], strict=True)))
-    multi_pipeline = len({p for _, p in variants}) > 1
-    fig = Figure(figsize=(max(6.0, 1.6 * len(executors) * max(1, len(variants)) ** 0.5 + 3), 4.2))
-    ax = fig.add_subplot()
-    width = 0.8 / max(1, len(variants))
-    x = np.arange(len(executors))
-    for i, (opt, pipe) in enumerate(variants):
-        heights, lo_err, hi_err, xs = [], [], [], []
-        for j, ex in enumerate(executors):
-            sel = group[(group["executor"] == ex) & (group["opt_level"] == opt) & (group["pipeline"] == pipe)]
-            if sel.empty:
-                continue
-            row = sel.iloc[0]
-            ci = median_ci(row["samples"])
-            med = float(row["median"])
-            xs.append(x[j] + (i - (len(variants) - 1) / 2) * width)
-            heights.append(med)
-            lo_err.append(max(0.0, med - ci.lo) if ci.lo == ci.lo else 0.0)
-            hi_err.append(max(0.0, ci.hi - med) if ci.hi == ci.hi else 0.0)
-        label = f"opt_level {opt}" + (f", {pipe}" if multi_pipeline else "")
-        ax.bar(xs, heights, width, yerr=[lo_err, hi_err], capsize=4, label=label)
-    ax.set_xticks(x, executors)
-    ax.set_xlabel("executor\n(bars: median of the samples; whiskers: 95% bootstrap confidence interval)")
-    ax.set_ylabel(f"median latency ({unit})" + (" — emulated" if emulated else ""))
-    title = f"{model} on {board_key}" + ("\nemulated board: emulator time, not hardware time" if emulated else "")
-    ax.set_title(title)
-    ax.legend(title="build", fontsize="small")
-    ax.grid(axis="y", alpha=0.3)
-    ax.set_ylim(bottom=0)
-    return fig
-
-
-def trials_figure(
-    group: pd.DataFrame, model: str, board_key: str, unit: str, emulated: bool, onnxruntime: float | None
-) -> Figure:
-    """Latency against MetaSchedule trials: one line per configuration, 0 trials = untuned, ORT dashed."""
-    from matplotlib.figure import Figure
-
-    from tvmbench.answers.tuning import trials_of
-
-    fig = Figure(figsize=(6.5, 4.2))
-    ax = fig.add_subplot()
-    group = layout_in_executor(group)
-    work = group.assign(_trials=[trials_of(r) for r in group.to_dict("records")])
-    for (executor, opt, pipe), line in work.groupby(["executor", "opt_level", "pipeline"], sort=True):
-        line = line.sort_values("_trials")
-        xs, meds, lo_err, hi_err = [], [], [], []
-        for row in line.to_dict("records"):
-            ci = median_ci(row["samples"])
-            med = float(row["median"])
-            xs.append(row["_trials"])
-            meds.append(med)
-            lo_err.append(max(0.0, med - ci.lo) if ci.lo == ci.lo else 0.0)
-            hi_err.append(max(0.0, ci.hi - med) if ci.hi == ci.hi else 0.0)
-        ax.errorbar(xs, meds, yerr=[lo_err, hi_err], marker="o", capsize=4, label=f"{executor} O{opt} {pipe}")
-    if onnxruntime is not None:
-        ax.axhline(onnxruntime, linestyle="--", color="#555", label=" / ".join(ranking.BASELINE_EXECUTORS))
-    ax.set_xlabel(
-        "MetaSchedule trials (the tuning budget, an auto budget's trials run; 0 = untuned)\n"
-        "(points: median; whiskers: 95% bootstrap CI)"
-    )
-    ax.set_ylabel(f"median latency ({unit})" + (" — emulated" if emulated else ""))
-    ax.set_title(f"{model} on {board_key}: latency against tuning trials")
-    ax.set_yscale("log")
-    ax.legend(fontsize="small")
-    ax.grid(alpha=0.3)
-    return fig
-
-
-def releases_figure(group: pd.DataFrame, model: str, board_key: str, unit: str, emulated: bool) -> Figure:
-    """Median latency per TVM release (oldest left): one line per configuration, whiskers the 95% CI."""
-    from matplotlib.figure import Figure
-
-    order = sorted(set(group["tvm_version"]), key=version_key)
-    position = {v: i for i, v in enumerate(order)}
-    fig = Figure(figsize=(max(6.5, 1.4 * len(order) + 3), 4.2))
-    ax = fig.add_subplot()
-    group = layout_in_executor(group)
-    work = group.assign(_budget=[int(b) if tuning_answers.is_tuned(b) else 0 for b in group["tuning_budget"]])
-    for (executor, opt, pipe, budget), line in work.groupby(["executor", "opt_level", "pipeline", "_budget"]):
-        xs, meds, lo_err, hi_err = [], [], [], []
-        for row in sorted(line.to_dict("records"), key=lambda r: version_key(r["tvm_version"])):
-            ci = median_ci(row["samples"])
-            med = float(row["median"])
-            xs.append(position[row["tvm_version"]])
-            meds.append(med)
-            lo_err.append(max(0.0, med - ci.lo) if ci.lo == ci.lo else 0.0)
-            hi_err.append(max(0.0, ci.hi - med) if ci.hi == ci.hi else 0.0)
-        label = f"{executor} O{opt} {pipe}" + (f" tuned {budget}" if budget else "")
-        ax.errorbar(xs, meds, yerr=[lo_err, hi_err], marker="o", capsize=4, label=label)
-    ax.set_xticks(range(len(order)), order)
-    ax.set_xlabel("TVM release (oldest left)\n(points: median; whiskers: 95% bootstrap CI)")
-    ax.set_ylabel(f"median latency ({unit})" + (" — emulated" if emulated else ""))
-    ax.set_title(f"{model} on {board_key}: latency across TVM releases")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize="small")
-    ax.grid(alpha=0.3)
-    return fig
-
-
-def failures_figure(statuses: Counter) -> Figure:
-    """Horizontal bars: jobs per failure kind."""
-    from matplotlib.figure import Figure
-
-    kinds = sorted(statuses, key=lambda k: (-statuses[k], k))
-    fig = Figure(figsize=(6.5, 0.5 * len(kinds) + 1.5))
-    ax = fig.add_subplot()
-    ax.barh(kinds, [statuses[k] for k in kinds], color="#c44")
-    ax.invert_yaxis()
-    ax.set_xlabel("jobs")
-    ax.set_ylabel("failure kind")
-    ax.set_title("failed jobs by kind")
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    return fig
 
 
 def _table(rows: list[dict[str, Any]], columns: list[tuple[str, str]], row_class: Any = None) -> str:
@@ -315,7 +183,7 @@ def plot_specs(df: pd.DataFrame) -> list[PlotSpec]:
 
 def sweep_plots(df: pd.DataFrame) -> list[Plot]:
     """Every plot of ``plot_specs`` drawn as PNG."""
-    return [Plot(spec.stem, spec.caption, _png(spec.draw())) for spec in plot_specs(df)]
+    return [Plot(spec.stem, spec.caption, png_bytes(spec.draw())) for spec in plot_specs(df)]
 
 
 def failure_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -359,7 +227,7 @@ def write_report(store: ResultStore, sweep_ref: str, out: Path, *, png_dir: Path
         caption = f"Tuning curve of job {c['job_key'][:12]}: {title}" + (
             f"; stopped by {c['stop']}" if c["stop"] else ""
         )
-        plots.append((_slug("curve", c["job_key"][:12]), caption, _png(draw)))
+        plots.append((_slug("curve", c["job_key"][:12]), caption, png_bytes(draw)))
     ranked = ranking.best(store, q.Filters(sweep=sweep.id))
     slow = regressions.find(store, q.Filters(sweep=sweep.id))
     failures = failure_rows(df)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tvmbench.answers import html_report
 from tvmbench.answers import query as q
+from tvmbench.answers.report_figures import png_bytes
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -66,14 +67,14 @@ def sweep_plot_png(store: ResultStore, sweep_id: str, stem: str) -> bytes | None
         if key in _drawn:
             _drawn.move_to_end(key)
             return _drawn[key]
-        return _remember(_drawn, key, html_report._png(specs[stem].draw()), _CACHE_SIZE)
+        return _remember(_drawn, key, png_bytes(specs[stem].draw()), _CACHE_SIZE)
 
 
 def png(draw: Callable[[], Figure]) -> bytes:
     """The figure ``draw`` makes, as PNG bytes: made and rendered one at a time (see _draw_lock), since
     building it (titles, labels, ticks) uses matplotlib's shared font and text state as much as saving it."""
     with _draw_lock:
-        return html_report._png(draw())
+        return png_bytes(draw())
 
 
 def samples_figure(samples: list[float], unit: str, title: str) -> Figure:
