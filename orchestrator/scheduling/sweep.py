@@ -415,9 +415,13 @@ class SweepRun:
             return
         self._tuning_polled = now
         table = self.pool.tuning_progress()
-        if table is None:
-            return
-        table = {**table, **self._tuning_final}  # a finished build's count is its provenance's, not a late report
+        if table is not None:
+            self._report_tuning(table)
+
+    def _report_tuning(self, table: dict[str, tuple[int, int]]) -> None:
+        """Trials done / budget summed over ``table`` to the listeners, when it changed; a finished build counts
+        as its provenance says, not as a report that came late."""
+        table = {**table, **self._tuning_final}
         if table == self._tuning_seen:
             return
         self._tuning_seen = table
@@ -431,10 +435,7 @@ class SweepRun:
             return
         done = int(tuning["trials_run"]) + int(tuning.get("trials_from_records") or 0)
         self._tuning_final[build_key] = (done, budget)
-        self._tuning_seen = {**self._tuning_seen, **self._tuning_final}
-        self.listener.on_tuning(
-            sum(d for d, _ in self._tuning_seen.values()), sum(b for _, b in self._tuning_seen.values())
-        )
+        self._report_tuning(self._tuning_seen)
 
     def _heartbeat(self) -> None:
         """Tell readers this driver is alive (core/liveness.py), at most every HEARTBEAT_S: one UPDATE."""
