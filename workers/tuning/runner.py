@@ -11,6 +11,13 @@ trials it was running, never the job.
 
 A board that fails ``QUARANTINE_AFTER`` candidates in a row is avoided for the rest of this tuning run
 (the farm's quarantine rule, applied locally: the sweep's own health bookkeeping sees only measurements).
+
+A session is reused for the next candidate while candidates are queued: asking the tracker, connecting
+and the board's fork of a session process cost about as much as timing a candidate (a sixth of a quiet
+auto-budget run on light_squeezenet went to it). Sessions are opened for ``SESSION_REUSE`` x the
+configured session timeout and taken again only while younger than one timeout, so every candidate
+still has at least ``session_timeout_s`` of its session; a candidate that fails closes its session, and
+when the runner has nothing queued every session is closed and its board is free for other jobs.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerFutur
 from tvmbench.core.health import QUARANTINE_AFTER  # the farm's rule, applied within one tuning run
 from workers.tuning.stats import TuningStats
 
+SESSION_REUSE = 2  # a session's timeout, in candidate session timeouts (see the module docstring)
+
 
 @dataclass(frozen=True)
 class FarmRunnerConfig:
@@ -45,6 +54,7 @@ class FarmRunnerConfig:
     registration_wait_s: float = 5.0  # a key with no board registered fails its trials this fast
     fence_host: str | None = None  # the host whose cores the key's boards share (None: no fence)
     max_workers: int = 1  # candidates timed at once (boards of the key; 1 when fenced)
+    reuse_sessions: bool = True  # False: a session per candidate (benchmarks/tuning_sessions.py compares)
 
 
 @derived_object
@@ -83,11 +93,15 @@ class FarmRunner(PyRunner):
         self._lock = threading.Lock()
         self._avoid = set(avoid)
         self._streak: Counter = Counter()  # board id -> failures in a row
+        self._queued = 0  # candidates submitted and not yet finished
+        self._idle_sessions: list[tuple[Any, float]] = []  # (Session, opened at) free for the next candidate
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, config.max_workers), thread_name_prefix="tvmbench-farm-runner"
         )
 
     def run(self, runner_inputs: list[RunnerInput]) -> list[RunnerFuture]:
+        with self._lock:
+            self._queued += len(runner_inputs)
         futures = []
         for ri in runner_inputs:
             args_info = [a.as_json() for a in ri.args_info]
@@ -100,6 +114,14 @@ class FarmRunner(PyRunner):
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            self._idle_sessions.clear()
+        gc.collect()
+
+    def open_sessions(self) -> int:
+        """Sessions held for the next candidate (0 whenever nothing is queued)."""
+        with self._lock:
+            return len(self._idle_sessions)
 
     # --- one candidate --------------------------------------------------------------------------
 
@@ -119,6 +141,30 @@ class FarmRunner(PyRunner):
     def _run_one(
         self, artifact_path: str, device_type: str, args_info: list[Any]
     ) -> tuple[list[float] | None, str | None]:
+        try:
+            return self._time_candidate(artifact_path, device_type, args_info)
+        finally:
+            with self._lock:
+                self._queued -= 1
+                closing = self._idle_sessions if self._queued == 0 else []
+                if self._queued == 0:
+                    self._idle_sessions = []
+            if closing:
+                closing.clear()
+                gc.collect()  # the session closes (and the board frees) when its last handle goes
+
+    def _reused_session(self, avoid: frozenset[str]) -> tuple[Any, float] | None:
+        """An idle session young enough to give a candidate its whole timeout, on a board not avoided."""
+        with self._lock:
+            while self._idle_sessions:
+                session, opened = self._idle_sessions.pop()
+                if session.board_id not in avoid and time.monotonic() - opened < self.config.session_timeout_s:
+                    return session, opened
+        return None
+
+    def _time_candidate(
+        self, artifact_path: str, device_type: str, args_info: list[Any], reuse: bool = True
+    ) -> tuple[list[float] | None, str | None]:
         from tvmbench.core.errors import one_line
         from workers.board_session import classify
         from workers.fence import Fence
@@ -129,16 +175,20 @@ class FarmRunner(PyRunner):
             return self._failed("cancelled", "tuning stopped")
         fence = self.fence if self.fence is not None else Fence(cfg.fence_host)
         waited = time.perf_counter()
+        with self._lock:
+            avoid = frozenset(self._avoid)
+        reused = self._reused_session(avoid) if reuse and cfg.reuse_sessions else None
         try:
-            with self._lock:
-                avoid = frozenset(self._avoid)
-            session = request_session(
-                cfg.tracker,
-                cfg.board_key,
-                cfg.device_wait_s,
-                cfg.session_timeout_s,
-                avoid=avoid,
-                registration_wait_s=cfg.registration_wait_s,
+            session, opened = reused or (
+                request_session(
+                    cfg.tracker,
+                    cfg.board_key,
+                    cfg.device_wait_s,
+                    cfg.session_timeout_s * SESSION_REUSE,
+                    avoid=avoid,
+                    registration_wait_s=cfg.registration_wait_s,
+                ),
+                time.monotonic(),
             )
         except NoBoardRegistered:
             self.stats.add_time("board_wait_s", time.perf_counter() - waited)
@@ -163,13 +213,22 @@ class FarmRunner(PyRunner):
                 finally:
                     self.stats.add_time("run_s", time.perf_counter() - started)
         except Exception as exc:
-            self._note(board_id, ok=False)
-            kind = "timeout" if isinstance(exc, TimeoutError) else classify(exc)
-            return self._failed(kind, f"{board_id}: {one_line(exc)}")
-        finally:
             del session
-            gc.collect()  # the session closes (and the board frees) when its last handle goes
+            gc.collect()  # a session a candidate failed in is not trusted again: close it now
+            kind = "timeout" if isinstance(exc, TimeoutError) else classify(exc)
+            if reused is not None and kind != "timeout":
+                # A session left idle may have died with its board: that costs a new session, not a trial
+                # (and not a failure of the board: a fresh session decides).
+                return self._time_candidate(artifact_path, device_type, args_info, reuse=False)
+            self._note(board_id, ok=False)
+            return self._failed(kind, f"{board_id}: {one_line(exc)}")
         self._note(board_id, ok=True)
+        if cfg.reuse_sessions:
+            with self._lock:
+                self._idle_sessions.append((session, opened))
+        else:
+            del session
+            gc.collect()
         return run_secs, None
 
     def _time_on_board(self, remote: Any, artifact_path: str, device_type: str, args_info: list[Any]) -> list[float]:
