@@ -27,6 +27,7 @@ from workers import model_zoo
 from workers.artifacts import ArtifactCache
 from workers.executors.registry import build_job
 from workers.executors.requests import BuildRequest
+from workers.tuning.auto import FIRST_ROUND
 from workers.tuning.stage import TuningEnv
 from workers.tuning.stopping import STOP_REASONS
 
@@ -43,7 +44,7 @@ executor = {executors}
 tuning = ["auto"]
 [tuning]
 cost_model = "random"
-num_trials_per_iter = 2
+num_trials_per_iter = {per_iter}
 {rules}
 [measure]
 number = 2
@@ -58,9 +59,11 @@ def mlp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def tuned(tmp_path: Path, farm: LocalFarm, model: Path, rules: str, baseline: dict | None = None) -> dict[str, Any]:
+def tuned(
+    tmp_path: Path, farm: LocalFarm, model: Path, rules: str, baseline: dict | None = None, per_iter: int = 2
+) -> dict[str, Any]:
     """Build the auto job of a one-job sweep with ``rules``; its Build's tuning provenance."""
-    text = SWEEP.format(label="", model=model, executors='["vm-compiled"]', rules=rules)
+    text = SWEEP.format(label="", model=model, executors='["vm-compiled"]', rules=rules, per_iter=per_iter)
     (job,) = plan_jobs(load_spec(write_sweep(tmp_path, text)))
     env = TuningEnv(tracker=farm.tracker, builder="local", baseline=baseline)
     # MetaSchedule's logging setup lists its logger's handlers by name; the ones pytest's log capture leaves
@@ -92,6 +95,13 @@ def test_max_minutes_ends_it_after_the_first_round(tmp_path: Path, local_farm: L
     assert t["stop"]["minutes"] * 60 <= t["tuning_s"]
 
 
+def test_the_first_round_is_a_short_batch_of_every_task(tmp_path: Path, local_farm: LocalFarm, mlp: Path) -> None:
+    # 8 candidates per round, but the first round gives each task its FIRST_ROUND best-ranked ones only.
+    t = tuned(tmp_path, local_farm, mlp, "max_trials = 64\nmax_minutes = 0.001", per_iter=8)
+    assert t["stopped_by"] == "max_minutes", t
+    assert [x["trials"] for x in t["tasks"]] == [FIRST_ROUND, FIRST_ROUND] and t["trials_run"] == 2 * FIRST_ROUND
+
+
 def test_a_plateau_ends_it_once_its_window_is_measured(tmp_path: Path, local_farm: LocalFarm, mlp: Path) -> None:
     t = tuned(tmp_path, local_farm, mlp, "max_trials = 64\nplateau = { trials = 2, gain = 1.0 }")
     assert t["stopped_by"] == "plateau" and t["trials_run"] == 4, t
@@ -120,7 +130,8 @@ def test_a_sweep_tunes_until_its_own_onnxruntime_median(
 ) -> None:
     rules = 'until = "onnxruntime"\nmax_trials = 8'
     executors = '["onnxruntime", "vm-compiled"]'
-    spec = load_spec(write_sweep(tmp_path, SWEEP.format(label="e2e", model=mlp, executors=executors, rules=rules)))
+    text = SWEEP.format(label="e2e", model=mlp, executors=executors, rules=rules, per_iter=2)
+    spec = load_spec(write_sweep(tmp_path, text))
     store = ResultStore(f"sqlite:///{tmp_path / 'results.db'}")
     try:
         outcome = run_sweep(spec, store, local_farm.tracker, ArtifactCache(tmp_path / "artifacts"), health_checks=False)

@@ -71,6 +71,7 @@ TUNING_SURFACE: tuple[str, ...] = (
     "tvm.s_tir.meta_schedule.runner.utils.alloc_argument_common",
     "tvm.s_tir.meta_schedule.measure_callback.PyMeasureCallback",
     "tvm.s_tir.meta_schedule.task_scheduler.PyTaskScheduler",  # the auto budget's scheduler (tuning/auto.py)
+    "tvm.s_tir.meta_schedule.search_strategy.PySearchStrategy",  # the warm start's and the first round's
     "tvm.s_tir.transform.RemoveWeightLayoutRewriteBlock",
     "tvm.relax.transform.MetaScheduleApplyDatabase",
     "tvm.ir.utils.derived_object",

@@ -286,11 +286,16 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
         )
         preload_tensor_intrin()  # the first TuneContext imports it: minutes in a loaded process otherwise
         pause = build_hold.paused() if build_hold is not None else contextlib.nullcontext()
+        strategy = warm.strategy if warm else "evolutionary"
+        if auto:
+            from workers.tuning.auto import first_round_strategy
+
+            strategy = first_round_strategy(warm.strategy if warm else None, settings.num_trials_per_iter)
         with pause, _work_dir() as work_dir:
             contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
                 [extracted[i.index] for i in todo],
                 work_dir,
-                strategy=warm.strategy if warm else "evolutionary",
+                strategy=strategy,
                 seed=settings.seed,
                 num_threads=search_threads(),
             )

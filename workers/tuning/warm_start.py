@@ -335,7 +335,8 @@ class SeededSearch(PySearchStrategy):
         if self.slots and self.seeds is not None:
             times = [_valid_secs(r) for r in results]
             mean_us = [sum(t) / len(t) * 1e6 if t else None for t in times]
-            seeds = [mean_us[i] for i in self.slots if mean_us[i] is not None]
+            # A batch cut short after this search ranked it (the auto budget's first round) has fewer results.
+            seeds = [mean_us[i] for i in self.slots if i < len(mean_us) and mean_us[i] is not None]
             others = [u for i, u in enumerate(mean_us) if i not in self.slots and u is not None]
             self.seeds.measured = len(self.slots)
             self.seeds.best_seed_us = min(seeds) if seeds else None
