@@ -344,3 +344,13 @@ def test_the_state_extends_the_curve_as_tuning_curve_counts_it() -> None:
         times = [None if rng.random() < 0.2 else rng.uniform(1e-4, 5e-3) for _ in range(rng.randint(1, 4))]
         stats.record_batch(task, [None] * len(times), times)
         assert state.curve() == tuning_curve(stats.trials_so_far(), weights, stored, 16)
+
+
+def test_a_stop_handed_on_names_the_build_that_tuned() -> None:
+    from tvmbench.answers.tuning import stop_text
+
+    tuning = {"stopped_by": "max_minutes", "stop": {"minutes": 15.01, "max_minutes": 15, "tuned_by": "ab" * 32}}
+    assert stop_text(tuning) == (
+        "max_minutes: 15.01 min of tuning, at most 15; by build abababababab of the same workloads and rules, "
+        "whose records it applied"
+    )

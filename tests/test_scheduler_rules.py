@@ -489,6 +489,65 @@ def test_the_progress_ends_at_each_tuned_builds_final_trials(
     assert events.seen == [(8, 8), (24, 24)], events.seen
 
 
+class AutoBuilder(FakeBuilder):
+    """A FakeBuilder whose auto builds stop by ``rule`` (tuning nothing when handed a stop) and keep what
+    they were handed."""
+
+    def __init__(self, rule: str) -> None:
+        super().__init__()
+        self.rule, self.handed = rule, {}
+
+    def build(self, request: BuildRequest) -> tuple[Build, bytes | None]:
+        build, data = super().build(request)
+        job, tuned_by = request.job, request.tuning_env.tuned_by if request.tuning_env else None
+        if job.tuning_auto is None:
+            return build, data
+        self.handed[job.executor] = tuned_by
+        stop = {"minutes": 15.0, "max_minutes": 15.0}
+        ran = 0 if tuned_by else 40
+        tuning = {"trials_run": ran, "trials_from_records": 40 - ran, "stopped_by": self.rule, "stop": stop}
+        return replace(build, tuning=tuning), data
+
+
+@pytest.mark.parametrize("rule", ["max_minutes", "error"])
+def test_an_auto_twin_takes_the_stop_of_the_build_that_tuned_its_workloads(
+    tmp_path: Path, store: ResultStore, no_tracker: None, rule: str
+) -> None:
+    names = ("vm-bytecode", "vm-compiled")
+    builder, runner = AutoBuilder(rule), FakeRunner()
+    spec = replace(make_spec(tmp_path, ("k",)), executors=names, tunings=("auto",), tuning_auto=AutoBudget())
+    outcome = sweep(spec, store, tmp_path, builder, runner, executors=fake_executors(builder, runner, names))
+    assert dict(outcome.statuses) == {"ok": 2}, outcome
+    first, twin = (plan_jobs(spec)[i] for i in (0, 1))
+    assert builder.handed[first.executor] is None
+    if rule == "error":  # a search that crashed hands nothing on: the twin searches for itself
+        assert builder.handed[twin.executor] is None
+        return
+    stop = {"minutes": 15.0, "max_minutes": 15.0}
+    key = first.build_key(tvm_versions()[0])
+    assert builder.handed[twin.executor] == {"build_key": key, "stopped_by": rule, "stop": stop}
+
+
+def test_only_the_same_rules_and_settings_hand_a_stop_on() -> None:
+    base = Job(model=model_ref(), target=TargetSpec("t", {"kind": "llvm"}, "k", "x86_64"), executor="vm-bytecode",
+               opt_level=2, pipeline="per-target", tuning=2000, tuning_auto=AutoBudget())  # fmt: skip
+    jobs = {
+        "first": base,
+        "twin": replace(base, executor="vm-compiled", opt_level=3),
+        "longer": replace(base, tuning_auto=AutoBudget(max_minutes=30.0)),
+        "mlp": replace(base, tuning_settings=replace(base.tuning_settings, cost_model="mlp")),
+        "fixed": replace(base, tuning=64, tuning_auto=None),
+    }
+    turns = TuningTurns({k: [JobState(j, k)] for k, j in jobs.items()})
+    tuning = {"stopped_by": "plateau", "stop": {"trials": 64, "tuned_by": "older"}}
+    turns.tuned("first", Build("first", status="ok", tuning=tuning))
+    assert turns.tuned_by("twin") == {"build_key": "first", "stopped_by": "plateau", "stop": {"trials": 64}}
+    assert [turns.tuned_by(k) for k in ("longer", "mlp", "fixed")] == [None, None, None]
+    failed = TuningTurns({k: [JobState(j, k)] for k, j in jobs.items()})
+    failed.tuned("first", Build("first", status="build", error="x", tuning=tuning))
+    assert failed.tuned_by("twin") is None  # a failed build hands nothing on
+
+
 def test_turns_are_per_workload_group() -> None:
     base = Job(model=model_ref(), target=TargetSpec("t", {"kind": "llvm"}, "k", "x86_64"), executor="vm-bytecode",
                opt_level=2, pipeline="per-target", tuning=64)  # fmt: skip

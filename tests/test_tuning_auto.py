@@ -60,12 +60,22 @@ def mlp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def tuned(
-    tmp_path: Path, farm: LocalFarm, model: Path, rules: str, baseline: dict | None = None, per_iter: int = 2
+    tmp_path: Path,
+    farm: LocalFarm,
+    model: Path,
+    rules: str,
+    baseline: dict | None = None,
+    per_iter: int = 2,
+    **env_options: Any,
 ) -> dict[str, Any]:
-    """Build the auto job of a one-job sweep with ``rules``; its Build's tuning provenance."""
+    """Build the auto job of a one-job sweep with ``rules``; its Build's tuning provenance.
+
+    ``env_options``: more of the TuningEnv (``database``, ``tuned_by``); a build handed ``tuned_by``
+    is checked for having searched nothing, the others for having tuned both tasks.
+    """
     text = SWEEP.format(label="", model=model, executors='["vm-compiled"]', rules=rules, per_iter=per_iter)
     (job,) = plan_jobs(load_spec(write_sweep(tmp_path, text)))
-    env = TuningEnv(tracker=farm.tracker, builder="local", baseline=baseline)
+    env = TuningEnv(tracker=farm.tracker, builder="local", baseline=baseline, **env_options)
     # MetaSchedule's logging setup lists its logger's handlers by name; the ones pytest's log capture leaves
     # there have none and break the next tuning run in this process (as in tests/test_tuning_records.py).
     ms_logger = logging.getLogger("tvm.s_tir.meta_schedule")
@@ -75,9 +85,12 @@ def tuned(
     assert build.ok and data, build.error
     assert "MetaScheduleApplyDatabase" in build.pass_trace
     t = build.tuning
-    assert t is not None and t["stopped_by"] in STOP_REASONS and t["curve"], t
+    assert t is not None and t["stopped_by"] in STOP_REASONS, t
     assert len(t["tasks"]) == 2 and all(x["records_found"] and x["trials"] >= 2 for x in t["tasks"]), t["tasks"]
-    assert sum(x["trials"] for x in t["tasks"]) == t["trials_run"] and t["trials_from_records"] == 0
+    if env.tuned_by is not None:
+        assert t["trials_run"] == 0 and t["trials_from_records"] == sum(x["trials"] for x in t["tasks"]), t
+        return t
+    assert t["curve"] and sum(x["trials"] for x in t["tasks"]) == t["trials_run"] and t["trials_from_records"] == 0
     return t
 
 
@@ -100,6 +113,19 @@ def test_the_first_round_is_a_short_batch_of_every_task(tmp_path: Path, local_fa
     t = tuned(tmp_path, local_farm, mlp, "max_trials = 64\nmax_minutes = 0.001", per_iter=8)
     assert t["stopped_by"] == "max_minutes", t
     assert [x["trials"] for x in t["tasks"]] == [FIRST_ROUND, FIRST_ROUND] and t["trials_run"] == 2 * FIRST_ROUND
+
+
+def test_a_build_handed_a_stop_applies_the_records_and_searches_no_further(
+    tmp_path: Path, local_farm: LocalFarm, mlp: Path
+) -> None:
+    records = {"kind": "json", "path": str(tmp_path / "records")}
+    rules = "max_trials = 64\nmax_minutes = 0.001"
+    first = tuned(tmp_path, local_farm, mlp, rules, database=records)
+    handed = {"build_key": "f" * 64, "stopped_by": first["stopped_by"], "stop": first["stop"]}
+    twin = tuned(tmp_path, local_farm, mlp, rules, database=records, tuned_by=handed)
+    assert twin["trials_from_records"] == first["trials_run"] and twin["stopped_by"] == "max_minutes"
+    assert twin["stop"] == {**first["stop"], "tuned_by": "f" * 64}
+    assert [x["best_us"] for x in twin["tasks"]] == [x["best_us"] for x in first["tasks"]]
 
 
 def test_a_plateau_ends_it_once_its_window_is_measured(tmp_path: Path, local_farm: LocalFarm, mlp: Path) -> None:

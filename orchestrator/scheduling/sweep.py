@@ -236,7 +236,7 @@ class SweepRun:
             self.model_refs[sha],
             reuse=build_key not in self.queue.no_reuse,
             fence_host=self.pool.fence_host,
-            tuning_env=self._tuning_env(job),
+            tuning_env=self._tuning_env(job, build_key),
             toolchain=toolchains.foreign(job, self.toolchains),
         )
 
@@ -295,6 +295,7 @@ class SweepRun:
         for build_key, build in done:
             self.listener.on_build_done(self.by_build[build_key][0].job, build)
             self._tuning_finished(build_key, build)
+            self.turns.tuned(build_key, build)
         for build_key, _ in done:
             self._enqueue(build_key)
 
@@ -380,7 +381,7 @@ class SweepRun:
                 self.listener.on_job_ended(job.key, "model", problem)
         return ok
 
-    def _tuning_env(self, job: Job) -> Any:
+    def _tuning_env(self, job: Job, build_key: str) -> Any:
         """What a tuned build needs from the driver (None for an untuned one)."""
         if not job.tuning:
             return None
@@ -404,6 +405,7 @@ class SweepRun:
             progress=self.pool.tuning_progress_name,
             board_key=key,
             baseline=auto_baseline(self.store, job, self.sweep_id, self.baselines.baseline(job)),
+            tuned_by=self.turns.tuned_by(build_key),
         )
 
     # --- the driver's pulse -----------------------------------------------------------------------

@@ -195,6 +195,8 @@ def stop_text(tuning: dict[str, Any]) -> str | None:
             text += "; every task reached its own cap or ran out of candidates"
     else:
         text = str(v.get("error", ""))
+    if v.get("tuned_by"):
+        text += f"; by build {str(v['tuned_by'])[:12]} of the same workloads and rules, whose records it applied"
     return f"{rule}: {text}"
 
 

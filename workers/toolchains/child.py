@@ -93,6 +93,7 @@ def tuning_env(directory: Path, job: Any) -> Any:
         progress_file=str(directory / files.PROGRESS_FILE),
         fence_dir=str(directory / files.FENCE_DIR) if request.get("fence") else None,
         baseline=request.get("baseline"),
+        tuned_by=request.get("tuned_by"),
     )
 
 

@@ -127,6 +127,7 @@ class RecordsBridge:
             "profile": env.profile,
             "fence": self._fence is not None,
             "baseline": env.baseline,  # an auto budget's until = "onnxruntime" (the child cannot look it up)
+            "tuned_by": env.tuned_by,
         }
         (self.directory / REQUEST_FILE).write_text(json.dumps(request))
 

@@ -271,8 +271,14 @@ def run_auto(
     return provenance, {n: measured.get(n, 0) for n in names}
 
 
-def nothing_tuned(rules: AutoBudget, baseline: dict[str, Any] | None) -> dict[str, Any]:
-    """The provenance's auto part of a build that had no task to tune."""
+def nothing_tuned(
+    rules: AutoBudget, baseline: dict[str, Any] | None, tuned_by: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The provenance's auto part of a build that tuned nothing: it had no task, or ``tuned_by`` (an earlier
+    build of the same workloads and rules, ``TuningEnv.tuned_by``) tuned them, and its stop is this one's."""
     _, until = stopping.until_target(rules, baseline)
+    if tuned_by is not None:
+        stop_values = {**tuned_by["stop"], "tuned_by": tuned_by["build_key"]}
+        return {"auto": stopping.rules_of(rules, until), "stopped_by": tuned_by["stopped_by"], "stop": stop_values}
     stop = stopping.ended(rules, None, 0)
     return {"auto": stopping.rules_of(rules, until), "stopped_by": stop.rule, "stop": stop.values}

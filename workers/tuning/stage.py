@@ -72,6 +72,10 @@ class TuningEnv:
     # The auto budget's baseline for ``until = "onnxruntime"``: {"ms", "source"} of the baseline's median
     # on the job's board key, or {"why": ...} / None when there is none (the rule is then inactive).
     baseline: dict[str, Any] | None = None
+    # An auto build of the same workloads and rules that this sweep already tuned: {"build_key",
+    # "stopped_by", "stop"}. This build applies its records and searches no further
+    # (orchestrator/scheduling/tuning_turns.py): the same rules on the same tasks would buy the same again.
+    tuned_by: dict[str, Any] | None = None
 
 
 def tuning_target(tvm_target: dict[str, Any], settings: TuningSettings) -> Any:
@@ -253,8 +257,8 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     stats = TuningStats()
     measured: dict[str, int] = {}
     started = time.perf_counter()
-    todo = list(infos) if auto else [i for i in infos if alloc[i.name] - covered[i.name] > 0]
-    stop = nothing_tuned(auto, env.baseline) if auto else None  # run_auto's, once tasks are tuned
+    todo = (list(infos) if not env.tuned_by else []) if auto else [i for i in infos if alloc[i.name] > covered[i.name]]
+    stop = nothing_tuned(auto, env.baseline, env.tuned_by) if auto else None  # run_auto's, once tasks are tuned
     warm = None
     if todo:
         warm = begin(db, settings, target, search_threads())  # trains on the stored records: counts as tuning
