@@ -45,7 +45,7 @@ def sweep_toml(models: list[str], model_dir: Path, budgets: list[int | str], arg
         "[axes]",
         f"executor = {json.dumps(executors)}",
         "opt_level = [2]",
-        'pipeline = ["per-target"]',
+        f"pipeline = {json.dumps(args.pipeline.split(','))}",
         f"tuning = {json.dumps([0, *budgets])}",
         "",
         "[tuning]",
@@ -250,6 +250,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--kernels", action="store_true", help="also vm-bytecode, profiled per kernel: where the tuned time goes"
+    )
+    parser.add_argument(
+        "--pipeline", default="per-target", help='comma-separated pipelines ("per-target-fold-bn": batch norms folded)'
     )
     parser.add_argument("--cost-model", default=None, help="xgb (default when installed), random or mlp")
     parser.add_argument("--trials-per-iter", type=int, default=16)

@@ -192,6 +192,36 @@ def small_convnet(seed: int = 0, size: int = 64, channels: int = 16) -> onnx.Mod
     )
 
 
+def conv_bn(seed: int = 0, channels: int = 8) -> onnx.ModelProto:
+    """x[1,3,16,16] -> Conv (no bias) -> BatchNormalization -> Relu, twice -> GlobalAveragePool -> Flatten:
+    convolutions followed by batch norms as in ResNet and ShuffleNet (the "per-target-fold-bn" pipeline's
+    model)."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, x = [], [], "x"
+    for i, c_in in enumerate((3, channels)):
+        nodes += [
+            helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1]),
+            helper.make_node("BatchNormalization", [f"c{i}", f"s{i}", f"b{i}", f"m{i}", f"v{i}"], [f"n{i}"]),
+            helper.make_node("Relu", [f"n{i}"], [f"r{i}"]),
+        ]
+        inits += [
+            _init(rng, f"w{i}", (channels, c_in, 3, 3), 0.3),
+            _init(rng, f"s{i}", (channels,)),
+            _init(rng, f"b{i}", (channels,)),
+            _init(rng, f"m{i}", (channels,), 0.1),
+            numpy_helper.from_array((rng.random(channels) + 0.5).astype(np.float32), f"v{i}"),
+        ]
+        x = f"r{i}"
+    nodes += [helper.make_node("GlobalAveragePool", [x], ["p"]), helper.make_node("Flatten", ["p"], ["y"])]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels])],
+        inits,
+        "conv_bn",
+    )
+
+
 def outer_product(n: int = 2048, seed: int = 0) -> onnx.ModelProto:
     """a[n,1] x b[1,n] -> Relu -> ReduceSum over columns -> y[n,1]: small inputs, outputs and weights
     (none), one n*n float32 intermediate (16 MB at n=2048). What the memory tests and benchmarks need: a

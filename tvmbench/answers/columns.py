@@ -210,7 +210,7 @@ TUNING_SCOPES = [
 
 # A configuration (answers.ranking.config_name) in a few letters, and what they mean.
 CONFIG_WORDS = {"vm-bytecode": "VMb", "vm-compiled": "VMc", "aot-c": "AOT", "onnxruntime": "ORT",
-                "per-target": "pt", "generic": "gen"}  # fmt: skip
+                "per-target": "pt", "generic": "gen", "per-target-fold-bn": "pt-bn"}  # fmt: skip
 CONFIG_LEGEND = [
     ("VMb", "vm-bytecode"),
     ("VMc", "vm-compiled"),
@@ -218,6 +218,7 @@ CONFIG_LEGEND = [
     ("ORT", "onnxruntime"),
     ("pt", "per-target pipeline"),
     ("gen", "generic pipeline"),
+    ("pt-bn", "per-target pipeline, batch norm folded into convolutions"),
 ]
 
 

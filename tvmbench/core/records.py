@@ -37,8 +37,10 @@ PENDING_STATUSES: tuple[str, ...] = ("pending", "pending-device")
 FINAL_STATUSES: tuple[str, ...] = ("ok", *ERROR_KINDS)
 
 # "per-target": relax.get_default_pipeline(target) (fuses ops, dlight on GPUs);
-# "generic": relax.get_pipeline("default"), what tvm.compile uses (no FuseOps on CPU).
-PIPELINES: tuple[str, ...] = ("per-target", "generic")
+# "generic": relax.get_pipeline("default"), what tvm.compile uses (no FuseOps on CPU);
+# "per-target-fold-bn": per-target after FoldBatchnormToConv2D + FoldConstant (a batch norm after a
+# convolution goes into its weights and a bias, as ONNX Runtime's graph optimizer does).
+PIPELINES: tuple[str, ...] = ("per-target", "generic", "per-target-fold-bn")
 
 # The data layouts of the layout axis (``[axes] layout``): "NCHW" is the module as imported (ONNX is NCHW),
 # "NHWC" converts its 2-D convolutions before the pipeline (workers/layouts.py).

@@ -93,11 +93,23 @@ def _import(job: Job, model_data: bytes, common: dict[str, Any]) -> Any:
 
 
 def _pipeline(name: str, target: Any) -> Any:
+    import tvm
     from tvm import relax
 
     if name == "per-target":
         return relax.get_default_pipeline(target)
+    if name == "per-target-fold-bn":
+        folds = fold_batch_norm_passes()
+        return tvm.transform.Sequential([*folds, relax.get_default_pipeline(target)], name="per-target-fold-bn")
     return relax.get_pipeline("default")
+
+
+def fold_batch_norm_passes() -> list[Any]:
+    """What "per-target-fold-bn" runs first: a batch norm right after a conv2d (OIHW weights, constants)
+    becomes scaled weights and a bias add, and FoldConstant computes the scaled weights at build time."""
+    from tvm import relax
+
+    return [relax.transform.FoldBatchnormToConv2D(), relax.transform.FoldConstant()]
 
 
 def run_pipeline(job: Job, mod: Any, target: Any) -> Any:

@@ -35,7 +35,8 @@ def split_pipeline(pipeline: str, target: Any) -> tuple[Any, Any]:
     """(front, back) passes of the job's pipeline for an llvm target, around the tuning stage.
 
     "per-target" is ``relax.get_default_pipeline(llvm)`` (dispatch, legalize and fuse | lower, finalize);
-    "generic" is ``relax.get_pipeline("default")`` (dispatch, legalize | lower, finalize: no fusion).
+    "generic" is ``relax.get_pipeline("default")`` (dispatch, legalize | lower, finalize: no fusion);
+    "per-target-fold-bn" is "per-target" with the batch norms folded into convolutions first.
     """
     import tvm
     from tvm import relax
@@ -43,9 +44,13 @@ def split_pipeline(pipeline: str, target: Any) -> tuple[Any, Any]:
 
     if target.kind.name != "llvm":
         raise ValueError(f"tuning covers llvm targets; this one is {target.kind.name}")
-    if pipeline == "per-target":
+    if pipeline in ("per-target", "per-target-fold-bn"):
+        from workers.executors.relax_vm import fold_batch_norm_passes
+
         # cpu_generic's __init__ does not export dataflow_lower_passes in 0.27: take them from its module.
         front = cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
+        if pipeline == "per-target-fold-bn":
+            front = fold_batch_norm_passes() + front
         back = cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target)
     else:
         t = relax.transform
