@@ -27,7 +27,6 @@ from workers import model_zoo
 from workers.artifacts import ArtifactCache
 from workers.executors.registry import build_job
 from workers.executors.requests import BuildRequest
-from workers.tuning.auto import FIRST_ROUND
 from workers.tuning.stage import TuningEnv
 from workers.tuning.stopping import STOP_REASONS
 
@@ -106,13 +105,6 @@ def test_max_minutes_ends_it_after_the_first_round(tmp_path: Path, local_farm: L
     assert t["stopped_by"] == "max_minutes" and t["trials_run"] == 4, t  # the first round always runs
     assert t["stop"]["max_minutes"] == 0.001 and t["stop"]["minutes"] >= 0.001
     assert t["stop"]["minutes"] * 60 <= t["tuning_s"]
-
-
-def test_the_first_round_is_a_short_batch_of_every_task(tmp_path: Path, local_farm: LocalFarm, mlp: Path) -> None:
-    # 8 candidates per round, but the first round gives each task its FIRST_ROUND best-ranked ones only.
-    t = tuned(tmp_path, local_farm, mlp, "max_trials = 64\nmax_minutes = 0.001", per_iter=8)
-    assert t["stopped_by"] == "max_minutes", t
-    assert [x["trials"] for x in t["tasks"]] == [FIRST_ROUND, FIRST_ROUND] and t["trials_run"] == 2 * FIRST_ROUND
 
 
 def test_a_build_handed_a_stop_applies_the_records_and_searches_no_further(

@@ -9,13 +9,9 @@ ends the run cleanly: MetaSchedule then joins the batches still on the boards (t
 stored) and terminates every task itself.
 
 The first round (one batch of every task, round robin) always runs: until then the estimate leaves
-the tasks without a time out. Its batches are ``FIRST_ROUND`` candidates, the search's best-ranked
-(``first_round_strategy``): a full batch of every task was most of the budget on models of many small kernels
-(light_shufflenet's 43 tasks x 16 candidates did not finish the first round in 15 minutes), and one
-batch is all the gradient rule needs to compare the tasks. After it, the rules
-(workers/tuning/stopping.py) are asked before each new batch. The trial cap is MetaSchedule's own
-``max_trials_global`` (it may pass it by less than one batch: it checks before sending a batch, not
-within it).
+the tasks without a time out. After it, the rules (workers/tuning/stopping.py) are asked before each
+new batch. The trial cap is MetaSchedule's own ``max_trials_global`` (it may pass it by less than one
+batch: it checks before sending a batch, not within it).
 """
 
 from __future__ import annotations
@@ -28,8 +24,6 @@ from typing import Any
 from tvmbench.core.records import AutoBudget
 from workers.tuning import stopping
 from workers.tuning.stats import TuningStats, curve_point, tuning_curve
-
-FIRST_ROUND = 4  # candidates of each task in the first round (at most the sweep's num_trials_per_iter)
 
 
 class AutoState:
@@ -99,42 +93,6 @@ class AutoState:
         if estimate_ms <= self.target_ms:
             return stopping.Stop(stopping.UNTIL, {"estimate_ms": estimate_ms, "until_ms": self.target_ms})
         return None
-
-
-def first_round_strategy(inner: Any, num_trials_per_iter: int) -> Any:
-    """The auto budget's search strategy: ``inner`` (None: MetaSchedule's evolutionary) with a short first
-    batch, its ``FIRST_ROUND`` best-ranked candidates (at most ``num_trials_per_iter``); later ones whole."""
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch, PySearchStrategy
-
-    @derived_object
-    class FirstRound(PySearchStrategy):
-        # The inner search counts its trials by the results it is told of, so a cut batch costs it nothing.
-        def __init__(self, inner: Any, first: int) -> None:
-            self.inner, self.first, self.batches = inner, first, 0
-
-        def _initialize_with_tune_context(self, context: Any) -> None:
-            self.inner._initialize_with_tune_context(context)
-
-        def pre_tuning(self, *args: Any) -> None:
-            self.inner.pre_tuning(*args)
-            self.batches = 0
-
-        def post_tuning(self) -> None:
-            self.inner.post_tuning()
-
-        def generate_measure_candidates(self) -> Any:
-            picks = self.inner.generate_measure_candidates()
-            self.batches += 1
-            return picks if picks is None or self.batches > 1 else list(picks)[: self.first]
-
-        def notify_runner_results(self, measure_candidates: Any, results: Any) -> None:
-            self.inner.notify_runner_results(measure_candidates, results)
-
-        def clone(self) -> Any:
-            return FirstRound(self.inner.clone(), self.first)
-
-    return FirstRound(inner if inner is not None else EvolutionarySearch(), min(FIRST_ROUND, num_trials_per_iter))
 
 
 def auto_scheduler(state: AutoState, seed: int, alpha: float = 0.2, window: int = 3) -> Any:

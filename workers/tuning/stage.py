@@ -213,6 +213,7 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
 
     from tvmbench.core.errors import one_line
     from workers.tuning.builder import InProcessBuilder, RayBuilder
+    from workers.tuning.first_batch import first_batch_strategy, guides
     from workers.tuning.preload import preload_tensor_intrin
     from workers.tuning.progress import FileProgress, ProgressReporter
     from workers.tuning.runner import FarmRunner, FarmRunnerConfig
@@ -290,11 +291,8 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
         )
         preload_tensor_intrin()  # the first TuneContext imports it: minutes in a loaded process otherwise
         pause = build_hold.paused() if build_hold is not None else contextlib.nullcontext()
-        strategy = warm.strategy if warm else "evolutionary"
-        if auto:
-            from workers.tuning.auto import first_round_strategy
-
-            strategy = first_round_strategy(warm.strategy if warm else None, settings.num_trials_per_iter)
+        # A task's first batch is drawn at random while nothing can guide it (workers/tuning/first_batch.py).
+        strategy = warm.strategy if warm else first_batch_strategy(lambda: guides(settings.cost_model))
         with pause, _work_dir() as work_dir:
             contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
                 [extracted[i.index] for i in todo],

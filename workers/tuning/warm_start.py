@@ -43,6 +43,7 @@ from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 from tvmbench.core.errors import one_line
 from tvmbench.core.records import MS_FAILED_RUN_S
 from workers.tuning.database import _PyDatabaseBase, workload_hash
+from workers.tuning.first_batch import first_batch_strategy, guides
 from workers.tuning.seeding import SEEDS_PER_NEIGHBOUR, Neighbour, Seeds, candidate, find_seeds
 
 BEST = SEEDS_PER_NEIGHBOUR  # per workload: its fastest records, for the seeds and the model
@@ -157,7 +158,7 @@ class WarmStart:
             self.cost_model = settings.cost_model
         self.info = {"trained_on": 0, "workloads": 0, **trained, "train_s": time.perf_counter() - started}
         self.database = SeedingDatabase(db, self)
-        self.strategy = SeededSearch(self)
+        self.strategy = SeededSearch(self, first_batch_strategy(lambda: guides(self.cost_model)))
 
     # --- seeds ------------------------------------------------------------------------------------
 
@@ -335,7 +336,7 @@ class SeededSearch(PySearchStrategy):
         if self.slots and self.seeds is not None:
             times = [_valid_secs(r) for r in results]
             mean_us = [sum(t) / len(t) * 1e6 if t else None for t in times]
-            # A batch cut short after this search ranked it (the auto budget's first round) has fewer results.
+            # A batch the inner search cut short (fewer distinct candidates than slots) has fewer results.
             seeds = [mean_us[i] for i in self.slots if i < len(mean_us) and mean_us[i] is not None]
             others = [u for i, u in enumerate(mean_us) if i not in self.slots and u is not None]
             self.seeds.measured = len(self.slots)
