@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
-tvm = pytest.importorskip("tvm")
+import tvm
 
 TARGET = {"kind": "llvm", "num-cores": 2}
 
