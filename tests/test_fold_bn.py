@@ -86,3 +86,17 @@ def test_a_tuned_job_under_the_fold_tunes_no_batch_norm(model: Path, tmp_path: P
     tasks = {j["pipeline"]: [t["name"] for t in j["tuning_plan"]["tasks"]] for j in json.loads(plan.stdout)["jobs"]}
     assert any("batch_norm" in name for name in tasks["per-target"]), tasks
     assert tasks["per-target-fold-bn"] and not any("batch_norm" in name for name in tasks["per-target-fold-bn"])
+
+
+def test_constants_are_folded_first_so_that_broadcast_weights_fold_too() -> None:
+    """The importer gives ConstantOfShape weights (the onnx package's light models) as broadcast_to(const)."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from workers.executors.relax_vm import fold_batch_norm_passes
+
+    mod = from_onnx(model_zoo.conv_bn(), keep_params_in_input=False)
+    assert "R.broadcast_to" in mod.script() and mod.script().count("R.nn.batch_norm") == 2
+    assert relax.transform.FoldBatchnormToConv2D()(mod).script().count("R.nn.batch_norm") == 1  # TVM's pass alone
+    assert tvm.transform.Sequential(fold_batch_norm_passes())(mod).script().count("R.nn.batch_norm") == 0
