@@ -94,7 +94,7 @@ def test_constants_are_folded_first_so_that_broadcast_weights_fold_too() -> None
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
-    from workers.executors.relax_vm import fold_batch_norm_passes
+    from workers.fold_bn import fold_batch_norm_passes
 
     mod = from_onnx(model_zoo.conv_bn(), keep_params_in_input=False)
     assert "R.broadcast_to" in mod.script() and mod.script().count("R.nn.batch_norm") == 2

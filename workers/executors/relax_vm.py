@@ -99,23 +99,11 @@ def _pipeline(name: str, target: Any) -> Any:
     if name == "per-target":
         return relax.get_default_pipeline(target)
     if name == "per-target-fold-bn":
+        from workers.fold_bn import fold_batch_norm_passes
+
         folds = fold_batch_norm_passes()
         return tvm.transform.Sequential([*folds, relax.get_default_pipeline(target)], name="per-target-fold-bn")
     return relax.get_pipeline("default")
-
-
-def fold_batch_norm_passes() -> list[Any]:
-    """What "per-target-fold-bn" runs first: a batch norm right after a conv2d (OIHW weights, constants)
-    becomes scaled weights and a bias add, and FoldConstant computes the scaled weights at build time.
-
-    FoldConstant runs first too: the ONNX importer gives some weights as ``broadcast_to(constant)``
-    (light_shufflenet's, light_resnet50's), which the fold's pattern (a constant weight) does not match:
-    without it 0 of their 49 and 53 batch norms folded, with it 48 and 53.
-    """
-    from tvm import relax
-
-    t = relax.transform
-    return [t.FoldConstant(), t.FoldBatchnormToConv2D(), t.FoldConstant()]
 
 
 def run_pipeline(job: Job, mod: Any, target: Any) -> Any:

@@ -45,7 +45,7 @@ def split_pipeline(pipeline: str, target: Any) -> tuple[Any, Any]:
     if target.kind.name != "llvm":
         raise ValueError(f"tuning covers llvm targets; this one is {target.kind.name}")
     if pipeline in ("per-target", "per-target-fold-bn"):
-        from workers.executors.relax_vm import fold_batch_norm_passes
+        from workers.fold_bn import fold_batch_norm_passes
 
         # cpu_generic's __init__ does not export dataflow_lower_passes in 0.27: take them from its module.
         front = cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
