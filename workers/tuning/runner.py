@@ -114,9 +114,14 @@ class FarmRunner(PyRunner):
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._close_idle_sessions()
+
+    def _close_idle_sessions(self) -> None:
         with self._lock:
-            self._idle_sessions.clear()
-        gc.collect()
+            closing, self._idle_sessions = self._idle_sessions, []
+        if closing:
+            closing.clear()
+            gc.collect()  # a session closes (and its board frees) when its last handle goes
 
     def open_sessions(self) -> int:
         """Sessions held for the next candidate (0 whenever nothing is queued)."""
@@ -146,12 +151,9 @@ class FarmRunner(PyRunner):
         finally:
             with self._lock:
                 self._queued -= 1
-                closing = self._idle_sessions if self._queued == 0 else []
-                if self._queued == 0:
-                    self._idle_sessions = []
-            if closing:
-                closing.clear()
-                gc.collect()  # the session closes (and the board frees) when its last handle goes
+                idle = self._queued == 0
+            if idle:
+                self._close_idle_sessions()
 
     def _reused_session(self, avoid: frozenset[str]) -> tuple[Any, float] | None:
         """An idle session young enough to give a candidate its whole timeout, on a board not avoided."""
