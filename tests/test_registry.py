@@ -101,6 +101,24 @@ def test_traits_answer_tuning_baseline_unit_and_static_memory() -> None:
     assert registry.unit("onnxruntime") == "ms"
 
 
+def test_the_vm_modes_share_an_untuned_configurations_lowering_and_nothing_else_does() -> None:
+    from dataclasses import replace
+
+    def shared(job: Job) -> str | None:
+        return registry.for_job(job).shared_lowering(job)
+
+    bytecode, compiled = _job("vm-bytecode"), _job("vm-compiled")
+    assert shared(bytecode) is not None and shared(bytecode) == shared(compiled)
+    for other in (
+        replace(compiled, opt_level=3),
+        replace(compiled, layout="NHWC"),
+        replace(compiled, pipeline="generic"),
+    ):
+        assert shared(other) != shared(bytecode), other
+    assert shared(_job("vm-compiled", tuning=64)) is None, "a tuned job's pipeline is its own search"
+    assert shared(_job("onnxruntime")) is None
+
+
 def test_importing_the_registry_loads_no_executor_code() -> None:
     """The answers import the registry for its traits: no TVM, ONNX, ONNX Runtime, Ray or executor module."""
     code = (

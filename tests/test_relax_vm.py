@@ -84,3 +84,33 @@ def test_missing_cross_compiler_names_the_package(cnn_jobs: dict, cnn_data: byte
     build, _ = build_job(BuildRequest(replace(job, target=target), cnn_data))
     assert build.status == "build"
     assert "no-such-gcc not found" in build.error and "apt-get install gcc-no-such" in build.error
+
+
+def test_the_vm_modes_of_one_configuration_run_its_pipeline_once(
+    cnn_jobs: dict, cnn_data: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workers.executors import relax_vm
+
+    ran: list[str] = []
+    real = relax_vm.run_pipeline
+    monkeypatch.setattr(
+        relax_vm, "run_pipeline", lambda job, mod, target: ran.append(job.executor) or real(job, mod, target)
+    )
+    monkeypatch.setattr(relax_vm, "_lowered", type(relax_vm._lowered)())  # nothing lowered before this test
+    bytecode = cnn_jobs[("vm-bytecode", 2, "per-target")]
+    compiled = replace(bytecode, executor="vm-compiled")
+    b1, lib1 = build_job(BuildRequest(bytecode, cnn_data))
+    b2, lib2 = build_job(BuildRequest(compiled, cnn_data))
+    assert b1.ok and b2.ok, (b1.error, b2.error)
+    assert ran == ["vm-bytecode"]  # the second mode took the first's lowered module
+    # Each build records the whole pipeline, then its own codegen; the programs differ in codegen only.
+    assert b2.pipeline_passes == b1.pipeline_passes and "FuseOps" in b2.pass_trace[: b2.pipeline_passes]
+    assert b2.pass_trace[: b2.pipeline_passes] == b1.pass_trace[: b1.pipeline_passes]
+    assert b2.pass_trace[b2.pipeline_passes :] and b1.fingerprint != b2.fingerprint
+    assert b2.memory == b1.memory and b2.kernel_count == b1.kernel_count
+    assert lib1 != lib2 and lib2 is not None and len(lib2) == b2.artifact_size
+    # compile_s is what the configuration costs alone: the shared pipeline's seconds are in it.
+    assert b2.compile_s > relax_vm._lowered[bytecode.lowering_key()].seconds
+    # Another opt_level is another program: its own pipeline run.
+    build_job(BuildRequest(replace(compiled, opt_level=3), cnn_data))
+    assert ran == ["vm-bytecode", "vm-compiled"]

@@ -333,6 +333,38 @@ def test_cheap_builds_and_measurements_share_tasks(tmp_path: Path, store: Result
     assert [r[1] for r in runs_of(store, spec.sweep_id)] == [1] * 40
 
 
+def _build_tasks(pool: InlinePool) -> list[list[tuple[int, str]]]:
+    """(opt_level, executor) of the jobs of each build task, in submission order."""
+    return [
+        sorted((i.job.opt_level, i.job.executor) for i in items) for kind, items, _ in pool.submitted if kind == "build"
+    ]
+
+
+@pytest.mark.parametrize("lowering", ["shared", None])
+def test_builds_that_lower_alike_share_a_task_unless_a_cpu_would_idle(
+    tmp_path: Path, store: ResultStore, lowering: str | None
+) -> None:
+    builder, runner = FakeBuilder(), FakeRunner()
+    names = ("vm-bytecode", "vm-compiled")
+    executors = {n: Executor(n, builder, runner, accepts=not_mcu, lowering=lowering) for n in names}
+    spec = replace(make_spec(tmp_path, ("k",), opt_levels=(1, 2)), executors=names)
+    pool = InlinePool(builds_at_once=2)
+    outcome = sweep(spec, store, tmp_path, builder, runner, pool=pool, executors=executors)
+    assert dict(outcome.statuses) == {"ok": 4} and len(builder.compiled) == 4
+    if lowering is None:  # each build its own task while none is known to be cheap
+        assert _build_tasks(pool)[:2] == [[(1, "vm-bytecode")], [(2, "vm-bytecode")]]
+    else:  # two CPUs, each with a configuration whose two builds share one pipeline run
+        assert _build_tasks(pool) == [
+            [(1, "vm-bytecode"), (1, "vm-compiled")],
+            [(2, "vm-bytecode"), (2, "vm-compiled")],
+        ]
+    # One configuration on two free CPUs: sharing would leave one idle, so the two builds run side by side.
+    one = replace(spec, opt_levels=(3,), name="one configuration")
+    pool = InlinePool(builds_at_once=2)
+    sweep(one, store, tmp_path, builder, runner, pool=pool, executors=executors)
+    assert _build_tasks(pool) == [[(3, "vm-bytecode")], [(3, "vm-compiled")]]
+
+
 class BaselineRunner(FakeRunner):
     """A FakeRunner whose ok runs have a median (the baseline an auto budget tunes until); logs its runs."""
 

@@ -46,9 +46,18 @@ class BuildQueue:
             else:
                 self.to_build.append(build_key)
 
-    def take(self, count: int) -> list[str]:
-        """Up to ``count`` build keys to start now, first in first out."""
-        return [self.to_build.popleft() for _ in range(min(count, len(self.to_build)))]
+    def take_sharing(self, build_key: str, lowering: Callable[[str], str | None], most: int) -> list[str]:
+        """Up to ``most`` queued builds that share ``build_key``'s pipeline run, taken off the queue.
+
+        ``lowering``: build key -> the key of its shared pipeline run (Executor.shared_lowering), or None.
+        """
+        shared = lowering(build_key)
+        if shared is None:
+            return []
+        keys = [k for k in self.to_build if lowering(k) == shared][:most]
+        for key in keys:
+            self.to_build.remove(key)
+        return keys
 
     def finished(self, build_key: str, build: Build, data: bytes | None) -> list[tuple[str, Build]]:
         """A build task ended: the (build key, Build) pairs now done, in order (it, then builds parked on it).

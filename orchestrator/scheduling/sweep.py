@@ -116,6 +116,7 @@ class SweepRun:
         self._tuning_polled = 0.0
         self._tuning_seen: dict[str, tuple[int, int]] = {}
         self._tuning_final: dict[str, tuple[int, int]] = {}  # build key -> (trials, budget) of finished builds
+        self._lowerings: dict[str, str | None] = {}  # build key -> Executor.shared_lowering of its job
 
     def run(self, jobs: list[Job]) -> None:
         by_build: dict[str, list[JobState]] = defaultdict(list)
@@ -210,6 +211,10 @@ class SweepRun:
             size = min(BATCH_MAX, math.ceil(len(queue.to_build) / (self.pool.cpus() - self.builds_in_flight)))
             keys = [queue.to_build[first]]
             del queue.to_build[first]
+            # Builds of one configuration by executors that lower alike run its pipeline once, in one task,
+            # unless a CPU would idle for want of other builds.
+            if len(queue.to_build) >= self.pool.cpus() - self.builds_in_flight:
+                keys += queue.take_sharing(keys[0], self._shared_lowering, BATCH_MAX - 1)
             while queue.to_build and len(keys) < size and self._builds_cheaply(keys[0], queue.to_build[0]):
                 keys.append(queue.to_build.popleft())
             handle = self.pool.submit_builds([self._build_item(k) for k in keys])
@@ -217,6 +222,14 @@ class SweepRun:
             self.builds_in_flight += 1
             for key in keys:
                 self.turns.started(key)
+
+    def _shared_lowering(self, build_key: str) -> str | None:
+        if build_key not in self._lowerings:
+            job = self.by_build[build_key][0].job
+            # Another release builds in a child process per job: nothing to share.
+            foreign = toolchains.foreign(job, self.toolchains) is not None
+            self._lowerings[build_key] = None if foreign else self._entry(job).shared_lowering(job)
+        return self._lowerings[build_key]
 
     def _builds_cheaply(self, *build_keys: str) -> bool:
         jobs = [self.by_build[k][0].job for k in build_keys]

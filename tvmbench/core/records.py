@@ -276,6 +276,15 @@ class Job:
             config["layout"] = self.layout
         return config
 
+    def lowering_key(self) -> str:
+        """What determines the program before codegen: ``build_config()`` without the executor.
+
+        Executors that lower alike (the Relax VM modes) build one untuned configuration from one pipeline run.
+        """
+        config = self.build_config()
+        del config["executor"]
+        return canonical_hash(config)
+
     def _config_members(self) -> dict[str, str]:
         """``build_config()`` with each value as its canonical JSON, shared parts serialised once."""
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tvmbench.core.records import Build, Run, TargetSpec
+from tvmbench.core.records import Build, Job, Run, TargetSpec
 from workers.aot.boards import is_mcu_target
 from workers.executors.requests import BuildRequest, MeasureRequest
 
@@ -66,6 +66,9 @@ class Executor:
     baseline: bool = field(default=False, kw_only=True)
     # Its memory is fixed at build (firmware): the build's static RAM is its peak.
     static_memory: bool = field(default=False, kw_only=True)
+    # Executors with the same value lower a configuration to the same program and differ only in codegen
+    # (the Relax VM modes): their untuned builds of it share a task, and its Builder runs the pipeline once.
+    lowering: str | None = field(default=None, kw_only=True)
 
     @property
     def builder(self) -> Builder:
@@ -76,6 +79,12 @@ class Executor:
     def runner(self) -> Runner:
         """The executor's Runner."""
         return self.runner_impl if self.runner_impl is not None else self._load("RUNNER")
+
+    def shared_lowering(self, job: Job) -> str | None:
+        """The key under which the job's build shares its pipeline run with other executors' builds, else None."""
+        if self.lowering is None or job.tuning:  # a tuned job's pipeline is its own search
+            return None
+        return f"{self.lowering}/{job.lowering_key()}"
 
     def _load(self, attr: str) -> object:
         if self.module is None:

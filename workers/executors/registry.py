@@ -22,7 +22,15 @@ _RELAX_VM = "workers.executors.relax_vm"
 _ENTRIES: tuple[Executor, ...] = (
     # Both VM modes build and run the same way; exec_mode comes from the name ("bytecode" / "compiled").
     *(
-        Executor(name, module=_RELAX_VM, accepts=not_mcu, golden_executor=name, tunable_kinds=("llvm",), layouts=True)
+        Executor(
+            name,
+            module=_RELAX_VM,
+            accepts=not_mcu,
+            golden_executor=name,
+            tunable_kinds=("llvm",),
+            layouts=True,
+            lowering="relax-vm",
+        )
         for name in ("vm-bytecode", "vm-compiled")
     ),
     # The golden model is a Relax VM program: boards of the baseline are not health-checked.

@@ -21,6 +21,7 @@ import socket
 import tempfile
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,37 @@ def _import(job: Job, model_data: bytes, common: dict[str, Any]) -> Any:
         raise
     except Exception as exc:
         raise BuildFailed(Build(status="model", error=f"ONNX import failed: {one_line(exc)}", **common)) from None
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """An untuned configuration's program before codegen, and what its builds record of getting there."""
+
+    module: Any
+    layout: dict[str, Any] | None
+    pass_trace: tuple[str, ...]
+    memory: dict[str, Any] | None
+    seconds: float
+
+
+# The Relax VM modes differ only in codegen: the scheduler gives the builds of one untuned configuration by
+# both to one task (Executor.lowering), and the second takes the first's lowered module (never changed by
+# codegen, as imported modules are never changed by passes) instead of running the pipeline again.
+LOWERING_CACHE_SIZE = 2
+_lowered: OrderedDict[str, Lowering] = OrderedDict()
+
+
+def _shared_lowering(job: Job) -> Lowering | None:
+    if job.tuning or (found := _lowered.get(job.lowering_key())) is None:
+        return None
+    _lowered.move_to_end(job.lowering_key())
+    return found
+
+
+def _keep_lowering(job: Job, lowering: Lowering) -> None:
+    _lowered[job.lowering_key()] = lowering
+    while len(_lowered) > LOWERING_CACHE_SIZE:
+        _lowered.popitem(last=False)
 
 
 def _pipeline(name: str, target: Any) -> Any:
@@ -219,29 +251,40 @@ class RelaxVmBuilder:
         reused_from = None
         tuning: dict[str, Any] | None = None
         layout: dict[str, Any] | None = None
+        # Another executor's build of this configuration lowered it in this process: its passes and seconds
+        # are this build's too (compile_s stays what the configuration costs to build alone).
+        shared = _shared_lowering(job)
+        before, earlier_s = (shared.pass_trace, shared.seconds) if shared else ((), 0.0)
         try:
             target = make_target(job.target.tvm_target)
-            with tvm.transform.PassContext(opt_level=job.opt_level, instruments=[trace, memory]):
-                # The layout axis first: the pipeline, and tuning's task extraction, see the converted module.
-                mod, layout = convert_layout(job, mod)
-                if job.tuning:
-                    from workers.tuning.stage import TuningEnv, tuned_lowering
-
-                    env = request.tuning_env or TuningEnv(tracker="")
-                    lowered, target, tuning = tuned_lowering(job, mod, env, request.hold)
+            with tvm.transform.PassContext(opt_level=job.opt_level, instruments=[trace] if shared else [trace, memory]):
+                if shared is not None:
+                    lowered, layout = shared.module, shared.layout
                 else:
-                    lowered = run_pipeline(job, mod, target)
+                    # The layout axis first: the pipeline, and tuning's task extraction, see the converted module.
+                    mod, layout = convert_layout(job, mod)
+                    if job.tuning:
+                        from workers.tuning.stage import TuningEnv, tuned_lowering
+
+                        env = request.tuning_env or TuningEnv(tracker="")
+                        lowered, target, tuning = tuned_lowering(job, mod, env, request.hold)
+                    else:
+                        lowered = run_pipeline(job, mod, target)
+                        shared = Lowering(
+                            lowered, layout, tuple(trace.names), _static_memory(memory), time.perf_counter() - started
+                        )
+                        _keep_lowering(job, shared)
                 # After tuning: the fingerprint says whether the tuned program differs from the untuned one.
                 program = fingerprint(job, lowered, common["tvm_version"])
-                pipeline_passes = len(trace.names)
+                pipeline_passes = len(before) + len(trace.names)
                 reused_from = _ask(claim, reuse_key(program, job), common["build_key"])
                 data = None if reused_from else codegen_export(job, lowered, target)
         except Exception as exc:
             return Build(
                 status="build",
                 error=_build_error(job, exc),
-                pass_trace=tuple(trace.names),
-                compile_s=time.perf_counter() - started,
+                pass_trace=(*before, *trace.names),
+                compile_s=earlier_s + time.perf_counter() - started,
                 tuning=getattr(exc, "tuning", tuning),  # a TuningMiss carries what the search found
                 layout=layout,
                 **common,
@@ -258,11 +301,11 @@ class RelaxVmBuilder:
         return Build(
             status="ok",
             fingerprint=program,
-            pass_trace=tuple(trace.names),
+            pass_trace=(*before, *trace.names),
             pipeline_passes=pipeline_passes,
             kernel_count=kernel_count(lowered),
-            compile_s=time.perf_counter() - started,
-            memory=_static_memory(memory),
+            compile_s=earlier_s + time.perf_counter() - started,
+            memory=shared.memory if shared else _static_memory(memory),
             tuning=tuning,
             layout=layout,
             **facts,
