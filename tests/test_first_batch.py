@@ -79,6 +79,7 @@ def _context(guides: bool, log: list[str], database: Any = None) -> tuple[Any, A
 
 def test_an_unguided_first_batch_is_drawn_distinct_and_the_search_takes_over() -> None:
     import tvm_ffi
+    from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     log: list[str] = []
@@ -86,6 +87,20 @@ def test_an_unguided_first_batch_is_drawn_distinct_and_the_search_takes_over() -
     first = ctx.search_strategy.generate_measure_candidates()
     assert first is not None and 1 <= len(first) <= 8 and log == ["init", "pre_tuning"], log  # not the search's
     assert len({tvm_ffi.structural_hash(c.sch.mod) for c in first}) == len(first)
+    # The first candidate is the untuned kernel, so a task whose drawn schedules all lose keeps it: its
+    # trace changes nothing, and its record is one MetaSchedule applies (a valid one, unlike an empty trace).
+    untuned = first[0]
+    assert [i.kind.name for i in untuned.sch.trace.insts] == ["GetSBlock"]
+    assert tvm_ffi.structural_equal(untuned.sch.mod, ctx.mod)
+    assert all(len(c.sch.trace.insts) > 1 for c in first[1:])
+    database = ms.database.MemoryDatabase()
+    workload = database.commit_workload(ctx.mod)
+    database.commit_tuning_record(
+        ms.database.TuningRecord(untuned.sch.trace, workload, [1e-6], ctx.target, untuned.args_info)
+    )
+    assert len(database.get_top_k(workload, 1)) == 1
+    applied = database.query_schedule(ctx.mod, ctx.target, workload_name="main")
+    assert applied is not None and tvm_ffi.structural_equal(applied.mod, ctx.mod)
     ctx.search_strategy.notify_runner_results(first, [RunnerResult([1e-3], None) for _ in first])
     assert log[-1] == f"notify {len(first)}"  # the search counts its trials by the drawn batch's results
     assert ctx.search_strategy.generate_measure_candidates() is None and log[-1] == "generate"

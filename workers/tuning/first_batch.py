@@ -11,12 +11,17 @@ round.
 
 So the first batch of a task is drawn that way when the task has no record (its own, or a warm start's
 seed) and the cost model cannot rank yet; duplicates are dropped, so a kernel with one schedule costs
-one trial. Every later batch, and every first batch with something to go on, is the evolutionary
-search's. The evolutionary search is told of the drawn batch's results: it counts its trials by them.
+one trial. The batch's first candidate is the task's untuned kernel (what the untuned
+build compiles), so that a task whose drawn schedules are all slower keeps it: on light_shufflenet the
+channel shuffles and the smallest kernels timed 2-100x faster untuned than any schedule drawn for them
+(a parallel loop's thread-pool start costs more than the whole copy). Every later batch, and every first batch with
+something to go on, is the evolutionary search's. The evolutionary search is told of the drawn batch's
+results: it counts its trials by them.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -39,8 +44,23 @@ def has_something_to_go_on(context: Any, database: Any) -> bool:
         return True
 
 
+def untuned_candidate(context: Any) -> Any:
+    """The task's kernel as the untuned build compiles it: a schedule whose trace changes nothing."""
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+    sch = Schedule(context.mod)
+    # A record without instructions is "never scheduled" to MetaSchedule, which never applies it
+    # (TuningRecord.IsValid); getting the root block changes nothing and makes it a record like any other.
+    with contextlib.suppress(Exception):  # a kernel without a root block is still measured, never applied
+        sch.get_sblock("root", func_name="main")
+    return MeasureCandidate(sch, ArgInfo.from_entry_func(context.mod, remove_preproc=True))
+
+
 def random_batch(context: Any, size: int, design_spaces: Any, database: Any, cost_model: Any) -> list[Any]:
-    """Up to ``size`` distinct schedules of the task, its design spaces with random decisions."""
+    """Up to ``size`` distinct schedules of the task: its untuned kernel, then its design spaces with random
+    decisions."""
     import tvm_ffi
     from tvm.s_tir.meta_schedule.search_strategy import ReplayTrace
 
@@ -52,12 +72,12 @@ def random_batch(context: Any, size: int, design_spaces: Any, database: Any, cos
     finally:
         replay.post_tuning()
     seen, batch = set(), []
-    for candidate in drawn:
+    for candidate in [untuned_candidate(context), *drawn]:
         key = tvm_ffi.structural_hash(candidate.sch.mod)
         if key not in seen:
             seen.add(key)
             batch.append(candidate)
-    return batch
+    return batch[:size]
 
 
 def first_batch_strategy(model_guides: Callable[[], bool], inner: Any = None) -> Any:
