@@ -106,8 +106,9 @@ class Lowering:
 
 # The Relax VM modes differ only in codegen: the scheduler gives the builds of one untuned configuration by
 # both to one task (Executor.lowering), and the second takes the first's lowered module (never changed by
-# codegen, as imported modules are never changed by passes) instead of running the pipeline again.
-LOWERING_CACHE_SIZE = 2
+# codegen, as imported modules are never changed by passes) instead of running the pipeline again. One is
+# kept: the builds that share it come one after another in one task, and it holds the model's weights.
+LOWERING_CACHE_SIZE = 1
 _lowered: OrderedDict[str, Lowering] = OrderedDict()
 
 
