@@ -167,14 +167,20 @@ def _catches(pid: int, sig: int) -> bool:
 
 def test_ctrl_c_at_start_is_one_line_exit_130(tmp_path: Path, home: Path) -> None:
     onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
-    sweep = write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n')
+    targets = "".join(
+        f'[[targets]]\nname = "t{i}"\ntarget = {{ kind = "llvm" }}\nboard_key = "host"\narch = "x86_64"\n'
+        for i in range(100)
+    )
+    sweep = write_sweep(tmp_path, f'[[models]]\npath = "m.onnx"\n{targets}[axes]\nopt_level = [0, 1, 2, 3]\n')
     for _ in range(2):
+        # The plan of 400 jobs (about 140 KB of JSON) is more than a pipe holds, and nothing reads it before
+        # the signal: the CLI cannot finish first, however slow this machine is to look. The entry point's
+        # handlers are the first thing it sets, so the Ctrl-C lands in its imports or its planning.
         proc = subprocess.Popen(
-            [TVMBENCH, "sweep", "plan", str(sweep)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [TVMBENCH, "sweep", "plan", str(sweep), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-        # The entry point's handlers are the first thing it sets: the CLI's imports (a second or more)
-        # are still running when the Ctrl-C lands.
-        wait_until(lambda p=proc: _catches(p.pid, signal.SIGTERM) or p.poll() is not None, 30, "the CLI to start")
+        wait_until(lambda p=proc: _catches(p.pid, signal.SIGTERM), 60, "the CLI to set its handlers")
+        assert proc.poll() is None
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, (proc.returncode, err[-2000:])
