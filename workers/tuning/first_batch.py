@@ -12,11 +12,11 @@ round.
 So the first batch of a task is drawn that way when the task has no record (its own, or a warm start's
 seed) and the cost model cannot rank yet; duplicates are dropped, so a kernel with one schedule costs
 one trial. The batch's first candidate is the task's untuned kernel (what the untuned
-build compiles), so that a task whose drawn schedules are all slower keeps it: on light_shufflenet the
-channel shuffles and the smallest kernels timed 2-100x faster untuned than any schedule drawn for them
-(a parallel loop's thread-pool start costs more than the whole copy). Every later batch, and every first batch with
-something to go on, is the evolutionary search's. The evolutionary search is told of the drawn batch's
-results: it counts its trials by them.
+build compiles), so that a task whose drawn schedules are all slower keeps it: on light_shufflenet 20 of
+40 tasks timed faster untuned than the best schedule found in 14 minutes (the largest channel shuffle 5x,
+the smallest kernels 10-500x: a parallel loop's thread-pool start costs more than the whole kernel).
+Every later batch, and every first batch with something to go on, is the evolutionary search's. The
+evolutionary search is told of the drawn batch's results: it counts its trials by them.
 """
 
 from __future__ import annotations
