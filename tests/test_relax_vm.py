@@ -96,7 +96,7 @@ def test_the_vm_modes_of_one_configuration_run_its_pipeline_once(
     monkeypatch.setattr(
         relax_vm, "run_pipeline", lambda job, mod, target: ran.append(job.executor) or real(job, mod, target)
     )
-    monkeypatch.setattr(relax_vm, "_lowered", type(relax_vm._lowered)())  # nothing lowered before this test
+    monkeypatch.setattr(relax_vm, "_lowered", {})  # nothing lowered before this test
     bytecode = cnn_jobs[("vm-bytecode", 2, "per-target")]
     compiled = replace(bytecode, executor="vm-compiled")
     b1, lib1 = build_job(BuildRequest(bytecode, cnn_data))

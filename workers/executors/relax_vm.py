@@ -106,23 +106,18 @@ class Lowering:
 
 # The Relax VM modes differ only in codegen: the scheduler gives the builds of one untuned configuration by
 # both to one task (Executor.lowering), and the second takes the first's lowered module (never changed by
-# codegen, as imported modules are never changed by passes) instead of running the pipeline again. One is
-# kept: the builds that share it come one after another in one task, and it holds the model's weights.
-LOWERING_CACHE_SIZE = 1
-_lowered: OrderedDict[str, Lowering] = OrderedDict()
+# codegen, as imported modules are never changed by passes) instead of running the pipeline again. Only the
+# last is kept: the builds that share it come one after another in one task, and it holds the weights.
+_lowered: dict[str, Lowering] = {}  # lowering key -> the last lowering of this process
 
 
 def _shared_lowering(job: Job) -> Lowering | None:
-    if job.tuning or (found := _lowered.get(job.lowering_key())) is None:
-        return None
-    _lowered.move_to_end(job.lowering_key())
-    return found
+    return None if job.tuning else _lowered.get(job.lowering_key())
 
 
 def _keep_lowering(job: Job, lowering: Lowering) -> None:
+    _lowered.clear()
     _lowered[job.lowering_key()] = lowering
-    while len(_lowered) > LOWERING_CACHE_SIZE:
-        _lowered.popitem(last=False)
 
 
 def _pipeline(name: str, target: Any) -> Any:
