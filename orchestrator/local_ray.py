@@ -15,10 +15,17 @@ Three things Ray 2.60 does not do by itself for a local ``ray.init()``:
   dashboard and runtime-env agents notice their raylet is gone and then wait 60 s trying to report it to
   the dead GCS. A small reaper process holds a pipe from the driver; when the driver dies (even by
   SIGKILL) the pipe closes and the reaper kills every process the driver started that is still running.
+
+And one thing it does slowly: **exit** (2.3 s here, now 0.3 s). Ray's exit hook sleeps 0.5 s so that
+workers' log lines reach the driver (tvmbench forwards none: ``log_to_driver=False``), then stops the GCS
+before the autoscaler monitor, whose SIGTERM handler reports to the gone GCS until Ray kills it a second
+later. tvmbench's own exit hook shuts the instance down first, the monitor (which holds nothing for a local
+instance) killed before the rest.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -65,6 +72,25 @@ def start_local_ray(num_cpus: int | None = None) -> None:
         logging_level="WARNING",
         configure_logging=True,
     )
+    atexit.register(stop_local_ray)  # registered after `import ray` registered Ray's hook: runs before it
+
+
+def stop_local_ray() -> None:
+    """Shut the local instance down, the monitor first (see the module docstring); nothing if it is down."""
+    import ray
+
+    if ray.is_initialized():
+        _kill_monitor()
+        ray.shutdown()
+
+
+def _kill_monitor() -> None:
+    # Ray's private process table; a Ray without it just exits the slow way.
+    node = getattr(sys.modules.get("ray._private.worker"), "_global_node", None)
+    for info in (getattr(node, "all_processes", None) or {}).get("monitor", ()):
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            info.process.kill()
+            info.process.wait(timeout=1)
 
 
 def start_reaper() -> None:

@@ -53,13 +53,12 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[None]:
     """One local Ray instance for the whole test session (starting one takes seconds)."""
-    import ray
-
+    from orchestrator.local_ray import stop_local_ray
     from orchestrator.scheduler import ensure_ray
 
     ensure_ray(num_cpus=2)
     yield
-    ray.shutdown()
+    stop_local_ray()
 
 
 ARM64_CACHE = Path(os.environ.get("TVMBENCH_ARM64_CACHE", Path.home() / ".cache" / "tvmbench" / "arm64-emu"))

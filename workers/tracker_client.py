@@ -3,15 +3,24 @@
 TVM's own tracker client blocks forever when no board is free; every wait here is bounded by socket
 timeouts against one deadline. Used by the runners (workers/board_session.py), the farm and the
 scheduler (which keys have a board on this machine).
+
+The tracker's wire format (a magic number, then length-prefixed JSON) is spoken here without TVM:
+importing tvm costs the driver a second or more, and the driver talks to the tracker only to ask what it
+has. Only the RPC session itself (``tvm.rpc.connect``) needs TVM. tests/test_tracker_client.py checks these
+constants against tvm.rpc.base.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import time
 from dataclasses import dataclass
 from typing import Any
+
+TRACKER_MAGIC = 0x2F271  # tvm.rpc.base.RPC_TRACKER_MAGIC
+CODE_SUCCESS, CODE_REQUEST, CODE_SUMMARY = 0, 4, 6  # tvm.rpc.base.TrackerCode
 
 
 class DeviceUnavailable(RuntimeError):
@@ -40,15 +49,13 @@ def parse_addr(addr: str) -> tuple[str, int]:
 
 def tracker_summary(tracker: str, timeout_s: float = 10.0) -> dict[str, Any]:
     """The tracker's summary: {"queue_info": {key: {free, pending}}, "server_info": [...]}."""
-    from tvm.rpc import base
-
     sock = _tracker_socket(tracker, timeout_s)
     try:
-        base.sendjson(sock, [base.TrackerCode.SUMMARY])
-        value = base.recvjson(sock)
+        send_json(sock, [CODE_SUMMARY])
+        value = recv_json(sock)
     finally:
         sock.close()
-    if value[0] != base.TrackerCode.SUCCESS:
+    if value[0] != CODE_SUCCESS:
         raise RuntimeError(f"tracker {tracker} answered {value!r} to a summary request")
     return value[1]
 
@@ -62,14 +69,35 @@ def registered_keys(summary: dict[str, Any]) -> dict[str, int]:
     return counts
 
 
-def _tracker_socket(tracker: str, timeout_s: float) -> socket.socket:
-    from tvm.rpc import base
+def send_json(sock: socket.socket, value: Any) -> None:
+    """One tracker message: its length as a little-endian int32, then the JSON."""
+    data = json.dumps(value).encode("utf-8")
+    sock.sendall(struct.pack("<i", len(data)) + data)
 
+
+def recv_json(sock: socket.socket) -> Any:
+    """The next tracker message (OSError when the tracker closes the connection midway)."""
+    size = struct.unpack("<i", _recv_exactly(sock, 4))[0]
+    return json.loads(_recv_exactly(sock, size).decode("utf-8"))
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    chunks, left = [], size
+    while left > 0:
+        chunk = sock.recv(min(left, 65536))
+        if not chunk:
+            raise ConnectionResetError("the tracker closed the connection")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _tracker_socket(tracker: str, timeout_s: float) -> socket.socket:
     host, port = parse_addr(tracker)
     sock = socket.create_connection((host, port), timeout=timeout_s)
-    sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
-    magic = struct.unpack("<i", base.recvall(sock, 4))[0]
-    if magic != base.RPC_TRACKER_MAGIC:
+    sock.sendall(struct.pack("<i", TRACKER_MAGIC))
+    magic = struct.unpack("<i", _recv_exactly(sock, 4))[0]
+    if magic != TRACKER_MAGIC:
         sock.close()
         raise RuntimeError(f"{tracker} is not a TVM RPC tracker")
     return sock
@@ -78,21 +106,20 @@ def _tracker_socket(tracker: str, timeout_s: float) -> socket.socket:
 def _request_once(tracker: str, key: str, wait_s: float, session_timeout_s: float) -> Session:
     """One REQUEST to the tracker, bounded by ``wait_s`` (TimeoutError -> DeviceUnavailable)."""
     from tvm import rpc
-    from tvm.rpc import base
 
     sock = _tracker_socket(tracker, timeout_s=min(10.0, wait_s))
     try:
         sock.settimeout(wait_s)
-        base.sendjson(sock, [base.TrackerCode.REQUEST, key, "", 1])
+        send_json(sock, [CODE_REQUEST, key, "", 1])
         try:
-            value = base.recvjson(sock)
+            value = recv_json(sock)
         except TimeoutError:
             raise DeviceUnavailable(key) from None
     finally:
         # Closing does not withdraw a pending request from the tracker; a board offered to it later
         # regenerates its match key after a few seconds and is free again.
         sock.close()
-    if value[0] != base.TrackerCode.SUCCESS:
+    if value[0] != CODE_SUCCESS:
         raise RuntimeError(f"tracker {tracker} answered {value!r} to a request for {key}")
     url, port, matchkey = value[1]
     remote = rpc.connect(url, port, matchkey, session_timeout_s)
