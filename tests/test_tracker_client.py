@@ -91,6 +91,21 @@ def test_a_tracker_closing_midway_is_an_oserror() -> None:
         tracker_summary(addr)
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [struct.pack("<i", -5), struct.pack("<i", 1 << 30), struct.pack("<i", 4) + b"\xff\xfe{]"],
+    ids=["negative size", "a gigabyte", "not json"],
+)
+def test_a_garbled_answer_is_named(answer: bytes) -> None:
+    def serve(conn: socket.socket) -> None:
+        _handshake(conn)
+        conn.recv(64)
+        conn.sendall(answer)
+
+    with fake_tracker(serve) as addr, pytest.raises(RuntimeError, match="not a TVM RPC tracker's answer"):
+        tracker_summary(addr)
+
+
 def test_something_else_on_the_port_is_named() -> None:
     wrong_magic = fake_tracker(lambda conn: _handshake(conn, magic=0x1234))
     with wrong_magic as addr, pytest.raises(RuntimeError, match="is not a TVM RPC tracker"):

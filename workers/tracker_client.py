@@ -21,6 +21,7 @@ from typing import Any
 
 TRACKER_MAGIC = 0x2F271  # tvm.rpc.base.RPC_TRACKER_MAGIC
 CODE_SUCCESS, CODE_REQUEST, CODE_SUMMARY = 0, 4, 6  # tvm.rpc.base.TrackerCode
+MAX_MESSAGE_BYTES = 64 << 20  # a summary of thousands of boards is a few hundred KB
 
 
 class DeviceUnavailable(RuntimeError):
@@ -76,9 +77,15 @@ def send_json(sock: socket.socket, value: Any) -> None:
 
 
 def recv_json(sock: socket.socket) -> Any:
-    """The next tracker message (OSError when the tracker closes the connection midway)."""
+    """The next tracker message (OSError when the tracker closes the connection midway, RuntimeError when
+    what arrives is not a tracker message)."""
     size = struct.unpack("<i", _recv_exactly(sock, 4))[0]
-    return json.loads(_recv_exactly(sock, size).decode("utf-8"))
+    if not 0 <= size <= MAX_MESSAGE_BYTES:
+        raise RuntimeError(f"a tracker message of {size} bytes: not a TVM RPC tracker's answer")
+    try:
+        return json.loads(_recv_exactly(sock, size).decode("utf-8"))
+    except ValueError as exc:  # undecodable bytes or not JSON
+        raise RuntimeError(f"not a TVM RPC tracker's answer ({exc})") from None
 
 
 def _recv_exactly(sock: socket.socket, size: int) -> bytes:
