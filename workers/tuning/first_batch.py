@@ -25,6 +25,9 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch, PySearchStrategy
+
 
 def guides(model: Any) -> bool:
     """Whether the cost model ``model`` (an object, or the name each task makes a fresh one of) ranks
@@ -80,51 +83,75 @@ def random_batch(context: Any, size: int, design_spaces: Any, database: Any, cos
     return batch[:size]
 
 
+class AroundSearch(PySearchStrategy):
+    """A search strategy around ``inner`` (MetaSchedule's evolutionary search by default): each method a
+    subclass does not override is the inner strategy's. Subclasses are ``@derived_object`` and clone."""
+
+    def __init__(self, inner: Any = None) -> None:
+        self.inner = inner if inner is not None else EvolutionarySearch()
+        self.context: Any = None
+
+    def _initialize_with_tune_context(self, context: Any) -> None:
+        self.context = context
+        self.inner._initialize_with_tune_context(context)
+
+    def pre_tuning(
+        self,
+        max_trials: int,
+        num_trials_per_iter: int,
+        design_spaces: Any,
+        database: Any = None,
+        cost_model: Any = None,
+    ) -> None:
+        self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
+
+    def post_tuning(self) -> None:
+        self.inner.post_tuning()
+
+    def generate_measure_candidates(self) -> Any:
+        return self.inner.generate_measure_candidates()
+
+    def notify_runner_results(self, measure_candidates: Any, results: Any) -> None:
+        self.inner.notify_runner_results(measure_candidates, results)
+
+
+@derived_object
+class FirstBatchDrawn(AroundSearch):
+    """The inner search, whose first batch is drawn at random when the task has no record and
+    ``model_guides()`` is false (see the module docstring)."""
+
+    def __init__(self, model_guides: Callable[[], bool], inner: Any = None) -> None:
+        super().__init__(inner)
+        self.model_guides, self.args, self.first = model_guides, None, True
+
+    def pre_tuning(
+        self,
+        max_trials: int,
+        num_trials_per_iter: int,
+        design_spaces: Any,
+        database: Any = None,
+        cost_model: Any = None,
+    ) -> None:
+        super().pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
+        self.args = (min(max_trials, num_trials_per_iter), design_spaces, database, cost_model)
+        self.first = True
+
+    def generate_measure_candidates(self) -> Any:
+        if self.first:
+            self.first = False
+            # Asked now, not in pre_tuning: a warm start's seeds are found after the inner pre_tuning.
+            size, spaces, database, cost_model = self.args
+            if size > 0 and not self.model_guides() and not has_something_to_go_on(self.context, database):
+                batch = random_batch(self.context, size, spaces, database, cost_model)
+                if batch:
+                    return batch
+        return self.inner.generate_measure_candidates()
+
+    def clone(self) -> Any:
+        return FirstBatchDrawn(self.model_guides, self.inner.clone())
+
+
 def first_batch_strategy(model_guides: Callable[[], bool], inner: Any = None) -> Any:
     """MetaSchedule's evolutionary search (or ``inner``) whose first batch is drawn at random when the task
     has no record and ``model_guides()`` is false (see the module docstring)."""
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch, PySearchStrategy
-
-    @derived_object
-    class FirstBatchDrawn(PySearchStrategy):
-        def __init__(self, inner: Any) -> None:
-            self.inner, self.context, self.args, self.first = inner, None, None, True
-
-        def _initialize_with_tune_context(self, context: Any) -> None:
-            self.context = context
-            self.inner._initialize_with_tune_context(context)
-
-        def pre_tuning(
-            self,
-            max_trials: int,
-            num_trials_per_iter: int,
-            design_spaces: Any,
-            database: Any = None,
-            cost_model: Any = None,
-        ) -> None:
-            self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
-            self.args = (min(max_trials, num_trials_per_iter), design_spaces, database, cost_model)
-            self.first = True
-
-        def post_tuning(self) -> None:
-            self.inner.post_tuning()
-
-        def generate_measure_candidates(self) -> Any:
-            if self.first:
-                self.first = False
-                # Asked now, not in pre_tuning: a warm start's seeds are found after the inner pre_tuning.
-                size, spaces, database, cost_model = self.args
-                if size > 0 and not model_guides() and not has_something_to_go_on(self.context, database):
-                    batch = random_batch(self.context, size, spaces, database, cost_model)
-                    if batch:
-                        return batch
-            return self.inner.generate_measure_candidates()
-
-        def notify_runner_results(self, measure_candidates: Any, results: Any) -> None:
-            self.inner.notify_runner_results(measure_candidates, results)
-
-        def clone(self) -> Any:
-            return FirstBatchDrawn(self.inner.clone())
-
-    return FirstBatchDrawn(inner if inner is not None else EvolutionarySearch())
+    return FirstBatchDrawn(model_guides, inner)

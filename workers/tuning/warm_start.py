@@ -38,12 +38,11 @@ from typing import Any
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import TuningRecord
-from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
 from tvmbench.core.errors import one_line
 from tvmbench.core.records import MS_FAILED_RUN_S
 from workers.tuning.database import _PyDatabaseBase, workload_hash
-from workers.tuning.first_batch import first_batch_strategy, guides
+from workers.tuning.first_batch import AroundSearch, first_batch_strategy, guides
 from workers.tuning.seeding import SEEDS_PER_NEIGHBOUR, Neighbour, Seeds, candidate, find_seeds
 
 BEST = SEEDS_PER_NEIGHBOUR  # per workload: its fastest records, for the seeds and the model
@@ -264,23 +263,16 @@ class SeedingDatabase(_PyDatabaseBase):
 
 
 @derived_object
-class SeededSearch(PySearchStrategy):
+class SeededSearch(AroundSearch):
     """MetaSchedule's evolutionary search, whose first batch of a seeded task measures its first seeds
     (at most a quarter of the batch) in place of the search's lowest-ranked picks."""
 
     def __init__(self, warm: WarmStart, inner: Any = None) -> None:
-        from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch
-
+        super().__init__(inner)
         self.warm = warm
-        self.inner = inner if inner is not None else EvolutionarySearch()
-        self.context: Any = None
         self.seeds: Seeds | None = None
         self.slots: list[int] = []  # positions of the seeds in the batch being measured
         self.first = True
-
-    def _initialize_with_tune_context(self, context: Any) -> None:
-        self.context = context
-        self.inner._initialize_with_tune_context(context)
 
     def pre_tuning(
         self,
@@ -290,16 +282,13 @@ class SeededSearch(PySearchStrategy):
         database: Any = None,
         cost_model: Any = None,
     ) -> None:
-        self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
+        super().pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
         try:
             self.seeds = self.warm.seeds_for(self.context)
         except Exception as exc:  # tune this task cold
             self.warm.notes.append(f"{self.context.task_name}: no seeds: {one_line(exc)}")
             self.seeds = None
         self.first = True
-
-    def post_tuning(self) -> None:
-        self.inner.post_tuning()
 
     def generate_measure_candidates(self) -> Any:
         picks = self.inner.generate_measure_candidates()
@@ -343,7 +332,7 @@ class SeededSearch(PySearchStrategy):
             self.seeds.best_seed_us = min(seeds) if seeds else None
             self.seeds.best_other_us = min(others) if others else None
             self.slots = []
-        self.inner.notify_runner_results(measure_candidates, results)
+        super().notify_runner_results(measure_candidates, results)
 
     def clone(self) -> Any:
         return SeededSearch(self.warm, self.inner.clone())
