@@ -51,6 +51,7 @@ def sweep_toml(models: list[str], model_dir: Path, budgets: list[int | str], arg
         "[tuning]",
         f'cost_model = "{args.cost_model}"',
         f"num_trials_per_iter = {args.trials_per_iter}",
+        *([f"population = {args.population}"] if args.population else []),
         f"seed = {args.seed}",
         *(  # the auto budget's rules (benchmark --max-minutes, --until, --plateau)
             [f"max_minutes = {args.max_minutes:g}", *([f'until = "{args.until}"'] if args.until else [])]
@@ -256,6 +257,7 @@ def main() -> None:
     )
     parser.add_argument("--cost-model", default=None, help="xgb (default when installed), random or mlp")
     parser.add_argument("--trials-per-iter", type=int, default=16)
+    parser.add_argument("--population", type=int, default=None, help="[tuning] population (default: 512)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--number", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=5)

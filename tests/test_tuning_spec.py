@@ -42,6 +42,9 @@ def _spec(tmp_path: Path, extra: str) -> object:
         ('[axes]\ntuning = [64]\n[tuning]\nmodule_equality = "loose"\n', "tuning.module_equality"),
         ("[axes]\ntuning = [64]\n[tuning]\nseed = -3\n", "tuning.seed"),
         ("[axes]\ntuning = [64]\n[tuning]\nrunner_timeout_s = 0\n", "tuning.runner_timeout_s"),
+        ("[axes]\ntuning = [64]\n[tuning]\npopulation = 4\n", "tuning.population = 4: must be an integer from 8"),
+        ('[axes]\ntuning = [64]\n[tuning]\npopulation = "small"\n', "tuning.population"),
+        ("[axes]\ntuning = [64]\n[tuning]\npopulation = 1000000\n", "tuning.population"),
         ("[axes]\ntuning = [64]\n[tuning]\ntrials = 5\n", "unknown key 'trials'"),
         ("[tuning]\nseed = 1\n", "[tuning]: the sweep tunes nothing"),
         ('[axes]\ntuning = [64]\nexecutor = ["onnxruntime"]\n', "needs a Relax VM executor"),
@@ -51,6 +54,21 @@ def test_bad_tuning_settings_name_the_key(tmp_path: Path, extra: str, culprit: s
     with pytest.raises(SpecError) as err:
         _spec(tmp_path, extra)
     assert culprit in str(err.value), err.value
+
+
+def test_population_enters_the_key_only_off_the_default_and_reaches_the_search(tmp_path: Path) -> None:
+    from workers.tuning.first_batch import first_batch_strategy
+
+    default = plan_jobs(_spec(tmp_path, "[axes]\ntuning = [64]\n"))[0]
+    same = plan_jobs(_spec(tmp_path, "[axes]\ntuning = [64]\n[tuning]\npopulation = 512\n"))[0]
+    small = plan_jobs(_spec(tmp_path, "[axes]\ntuning = [64]\n[tuning]\npopulation = 128\n"))[0]
+    assert "population" not in default.build_config()["tuning"], "tuned keys of before stay the same"
+    assert same.build_key("v") == default.build_key("v") and same.key == default.key
+    assert small.build_config()["tuning"]["population"] == 128
+    assert small.build_key("v") != default.build_key("v")
+    search = first_batch_strategy(lambda: False, population=small.tuning_settings.population)
+    assert search.inner.population_size == 128
+    assert first_batch_strategy(lambda: False).inner.population_size == 512
 
 
 def test_bad_budget_is_exit_2_naming_the_key(tmp_path: Path, home: Path) -> None:

@@ -195,6 +195,7 @@ _SAMPLING_DEFAULTS: dict[str, Any] = {
 
 
 # MetaSchedule cost models and module-equality rules a sweep may name in its [tuning] table.
+DEFAULT_POPULATION = 512  # MetaSchedule's EvolutionarySearch population_size
 COST_MODELS: tuple[str, ...] = ("xgb", "random", "mlp")
 MODULE_EQUALITIES: tuple[str, ...] = ("structural", "ignore-tensor", "anchor-block")
 
@@ -215,6 +216,10 @@ class TuningSettings:
     # Train the cost model on the scope's stored records and seed new workloads from similar ones
     # (workers/tuning/warm_start.py). In the build key only when off: the keys of before stay.
     warm_start: bool = True
+    # Schedules the evolutionary search evolves and ranks for each batch after a task's first. On 2 cores
+    # that search is most of a round (README, "Tuning: where it stands"). In the build key only when not
+    # MetaSchedule's default, so the keys of before stay.
+    population: int = DEFAULT_POPULATION
 
 
 @dataclass(frozen=True)
@@ -342,6 +347,8 @@ def build_config_tuning(job: Job) -> dict[str, Any]:
     settings = asdict(job.tuning_settings)
     if settings["warm_start"]:  # the default: tuned keys stay what they were before the setting
         del settings["warm_start"]
+    if settings["population"] == DEFAULT_POPULATION:  # likewise
+        del settings["population"]
     config = {"budget": job.tuning, "board_key": job.target.board_key, **settings}
     if job.tuning_auto is not None:
         config.update(budget="auto", auto=asdict(job.tuning_auto))

@@ -28,6 +28,8 @@ from typing import Any
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch, PySearchStrategy
 
+from tvmbench.core.records import DEFAULT_POPULATION
+
 
 def guides(model: Any) -> bool:
     """Whether the cost model ``model`` (an object, or the name each task makes a fresh one of) ranks
@@ -88,7 +90,7 @@ class AroundSearch(PySearchStrategy):
     subclass does not override is the inner strategy's. Subclasses are ``@derived_object`` and clone."""
 
     def __init__(self, inner: Any = None) -> None:
-        self.inner = inner if inner is not None else EvolutionarySearch()
+        self.inner = inner if inner is not None else EvolutionarySearch(population_size=DEFAULT_POPULATION)
         self.context: Any = None
 
     def _initialize_with_tune_context(self, context: Any) -> None:
@@ -151,7 +153,9 @@ class FirstBatchDrawn(AroundSearch):
         return FirstBatchDrawn(self.model_guides, self.inner.clone())
 
 
-def first_batch_strategy(model_guides: Callable[[], bool], inner: Any = None) -> Any:
-    """MetaSchedule's evolutionary search (or ``inner``) whose first batch is drawn at random when the task
-    has no record and ``model_guides()`` is false (see the module docstring)."""
-    return FirstBatchDrawn(model_guides, inner)
+def first_batch_strategy(
+    model_guides: Callable[[], bool], inner: Any = None, population: int = DEFAULT_POPULATION
+) -> Any:
+    """MetaSchedule's evolutionary search of ``population`` schedules (or ``inner``) whose first batch is
+    drawn at random when the task has no record and ``model_guides()`` is false (see the module docstring)."""
+    return FirstBatchDrawn(model_guides, inner if inner is not None else EvolutionarySearch(population_size=population))

@@ -292,7 +292,11 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
         preload_tensor_intrin()  # the first TuneContext imports it: minutes in a loaded process otherwise
         pause = build_hold.paused() if build_hold is not None else contextlib.nullcontext()
         # A task's first batch is drawn at random while nothing can guide it (workers/tuning/first_batch.py).
-        strategy = warm.strategy if warm else first_batch_strategy(lambda: guides(settings.cost_model))
+        strategy = (
+            warm.strategy
+            if warm
+            else first_batch_strategy(lambda: guides(settings.cost_model), population=settings.population)
+        )
         with pause, _work_dir() as work_dir:
             contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
                 [extracted[i.index] for i in todo],

@@ -157,7 +157,9 @@ class WarmStart:
             self.cost_model = settings.cost_model
         self.info = {"trained_on": 0, "workloads": 0, **trained, "train_s": time.perf_counter() - started}
         self.database = SeedingDatabase(db, self)
-        self.strategy = SeededSearch(self, first_batch_strategy(lambda: guides(self.cost_model)))
+        self.strategy = SeededSearch(
+            self, first_batch_strategy(lambda: guides(self.cost_model), population=settings.population)
+        )
 
     # --- seeds ------------------------------------------------------------------------------------
 
