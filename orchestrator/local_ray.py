@@ -16,7 +16,7 @@ Three things Ray 2.60 does not do by itself for a local ``ray.init()``:
   the dead GCS. A small reaper process holds a pipe from the driver; when the driver dies (even by
   SIGKILL) the pipe closes and the reaper kills every process the driver started that is still running.
 
-And one thing it does slowly: **exit** (2.3 s here, now 0.3 s). Ray's exit hook sleeps 0.5 s so that
+And one thing it does slowly: **exit** (2.3 s here, now 0.75 s). Ray's exit hook sleeps 0.5 s so that
 workers' log lines reach the driver (tvmbench forwards none: ``log_to_driver=False``), then stops the GCS
 before the autoscaler monitor, whose SIGTERM handler reports to the gone GCS until Ray kills it a second
 later. tvmbench's own exit hook shuts the instance down first, the monitor (which holds nothing for a local

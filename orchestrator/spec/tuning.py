@@ -14,7 +14,7 @@ AUTO = "auto"  # the budget that stops by itself: tuning = ["auto"] in [axes]
 # The auto budget's keys of [tuning]: when it stops (workers/tuning/stopping.py).
 AUTO_KEYS = ("until", "max_minutes", "plateau", "max_trials")
 MAX_AUTO_MINUTES = 7 * 24 * 60.0  # a week: longer is a typo, not a plan
-POPULATION_RANGE = (8, 65_536)  # below 8 a batch of 16 is not drawn from a population at all
+POPULATION_RANGE = (8, 65_536)  # under a batch's size it has little to rank; at the top, about an hour a batch here
 
 
 def parse_tuning(data: dict[str, Any]) -> TuningSettings:

@@ -86,11 +86,12 @@ def random_batch(context: Any, size: int, design_spaces: Any, database: Any, cos
 
 
 class AroundSearch(PySearchStrategy):
-    """A search strategy around ``inner`` (MetaSchedule's evolutionary search by default): each method a
-    subclass does not override is the inner strategy's. Subclasses are ``@derived_object`` and clone."""
+    """A search strategy around ``inner`` (by default MetaSchedule's evolutionary search of ``population``
+    schedules): each method a subclass does not override is the inner strategy's. Subclasses are
+    ``@derived_object`` and clone."""
 
-    def __init__(self, inner: Any = None) -> None:
-        self.inner = inner if inner is not None else EvolutionarySearch(population_size=DEFAULT_POPULATION)
+    def __init__(self, inner: Any = None, population: int = DEFAULT_POPULATION) -> None:
+        self.inner = inner if inner is not None else EvolutionarySearch(population_size=population)
         self.context: Any = None
 
     def _initialize_with_tune_context(self, context: Any) -> None:
@@ -122,8 +123,10 @@ class FirstBatchDrawn(AroundSearch):
     """The inner search, whose first batch is drawn at random when the task has no record and
     ``model_guides()`` is false (see the module docstring)."""
 
-    def __init__(self, model_guides: Callable[[], bool], inner: Any = None) -> None:
-        super().__init__(inner)
+    def __init__(
+        self, model_guides: Callable[[], bool], inner: Any = None, population: int = DEFAULT_POPULATION
+    ) -> None:
+        super().__init__(inner, population)
         self.model_guides, self.args, self.first = model_guides, None, True
 
     def pre_tuning(
@@ -158,4 +161,4 @@ def first_batch_strategy(
 ) -> Any:
     """MetaSchedule's evolutionary search of ``population`` schedules (or ``inner``) whose first batch is
     drawn at random when the task has no record and ``model_guides()`` is false (see the module docstring)."""
-    return FirstBatchDrawn(model_guides, inner if inner is not None else EvolutionarySearch(population_size=population))
+    return FirstBatchDrawn(model_guides, inner, population)
