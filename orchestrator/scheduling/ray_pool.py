@@ -1,7 +1,9 @@
 """The production pool: builds and measurements as Ray tasks, with the sweep's actors.
 
-Builds take one CPU each, so Ray spreads them over every node of a cluster; a worker that dies
-mid-build is re-run by Ray (a build is a pure function of its inputs). Measurements take no CPU (the
+Builds take one CPU each and are placed with Ray's SPREAD strategy, so a cluster's nodes take turns
+(Ray's default packs tasks onto the driver's node while it has room, so which nodes built depended on
+when each task was submitted); a worker that dies mid-build is re-run by Ray (a build is a pure
+function of its inputs). Measurements take no CPU (the
 board does the work) and are not retried by Ray: the scheduler decides (MAX_ATTEMPTS). A sliver of a
 custom resource (``farm_resource``) pins measurements to the node(s) that reach the farm. The actors:
 the host fence (workers/fence.py), the tuning progress table (workers/tuning/progress.py) and the
@@ -28,10 +30,12 @@ class RayPool:
         from workers.tuning.progress import create_progress, progress_name
 
         self.ray = ray
-        self._build = ray.remote(num_cpus=1, max_retries=2)(build_on_node)
+        self._build = ray.remote(num_cpus=1, max_retries=2, scheduling_strategy="SPREAD")(build_on_node)
         measure = ray.remote(num_cpus=0, max_retries=0)(measure_on_node)
         self._measure = measure.options(resources={farm_resource: 0.001}) if farm_resource else measure
-        self._cpus = max_builds or max(1, int(ray.available_resources().get("CPU", 1)))
+        # The cluster's CPUs, not those free at this instant: a task or actor that happens to hold one as
+        # the sweep starts (a job's supervisor, another sweep's last build) would halve the builds at once.
+        self._cpus = max_builds or max(1, int(ray.cluster_resources().get("CPU", 1)))
         # Tuned builds time candidates from inside their build task: the fence they and every other build
         # share is an actor; their trials reach the progress bar through another.
         self.fence_host: str | None = create_fence()
