@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from db import control_reads, tuning_records, writes
@@ -42,7 +42,9 @@ from db.engine import (  # noqa: F401  (re-exported: callers import these from d
 from db.rows import static_memory_columns, tuning_columns  # noqa: F401  (re-exported)
 from db.tuning_records import tuning_record_rank  # noqa: F401  (re-exported)
 from db.upserts import conflict_insert, insert_ignore, upsert  # noqa: F401  (re-exported)
+from db.urls import redact, shown_url
 from tvmbench.core import records
+from tvmbench.core.errors import one_line
 
 T = TypeVar("T")
 #: What a read-only open with ``missing="empty"`` reads where no SQLite file exists yet: an empty
@@ -83,17 +85,22 @@ class ResultStore:
         self._pending: list[Callable[[Session], Any]] | None = None  # queued writes of a batch()
         self._job_ids: dict[tuple[str, str], int] = {}
         self.read_only = read_only or never_write
-        if read_only and not never_write and missing == "empty" and path is not None and not path.exists():
-            # Nothing stored yet: an empty database with the tables as the models describe them (no alembic).
-            self.url, self.read_only = EMPTY_DB, False
-            self.engine = make_engine(EMPTY_DB)
-            m.Base.metadata.create_all(self.engine)
-        elif self.read_only:
-            self.engine = open_for_reading(self.url, path)
-        else:
-            self.engine = make_engine(self.url)
-            if migrate:
-                self._retry(lambda: upgrade_if_behind(self.engine))
+        try:
+            if read_only and not never_write and missing == "empty" and path is not None and not path.exists():
+                # Nothing stored yet: an empty database with the tables as the models describe them (no alembic).
+                self.url, self.read_only = EMPTY_DB, False
+                self.engine = make_engine(EMPTY_DB)
+                m.Base.metadata.create_all(self.engine)
+            elif self.read_only:
+                self.engine = open_for_reading(self.url, path)
+            else:
+                self.engine = make_engine(self.url)
+                if migrate:
+                    self._retry(lambda: upgrade_if_behind(self.engine))
+        except SQLAlchemyError as exc:
+            # The driver's own words (refused, unknown role, wrong password), as the one error every caller
+            # of the store handles (the CLI, the Python API, the dashboard); never with the password.
+            raise StoreError(redact(f"results database {shown_url(self.url)}: {one_line(exc)}", self.url)) from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     def close(self) -> None:

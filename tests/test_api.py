@@ -105,3 +105,21 @@ def test_import_tvmbench_is_cheap() -> None:
     code = "import sys, tvmbench; print(sorted(m for m in ('pandas', 'onnx', 'tvm', 'ray') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.postgres
+def test_a_database_that_refuses_is_a_store_error_without_its_password() -> None:
+    """The driver's refusal (a real PostgreSQL server, an unknown role; a closed port) is the store's one-line
+    error, as the CLI prints it, never psycopg's own exception with the password in it."""
+    from db.store import StoreError
+    from orchestrator.farm import free_port
+
+    for url, says in (
+        ("postgresql+psycopg://no_such_role:hunter22pw@127.0.0.1:5432/test", 'role "no_such_role" does not exist'),
+        (f"postgresql+psycopg://someone:hunter22pw@127.0.0.1:{free_port()}/test", "Connection refused"),
+    ):
+        with pytest.raises(StoreError) as caught:
+            tvmbench.open(url)
+        message = str(caught.value)
+        assert says in message and "***@127.0.0.1" in message and "hunter22pw" not in message, message
+        assert "\n" not in message, message

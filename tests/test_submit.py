@@ -94,7 +94,7 @@ def test_submit_to_a_database_it_cannot_open_is_one_line_before_any_job(tmp_path
     args = ["sweep", "submit", str(sweep), "--ray-address", "http://127.0.0.1:1", "--db", "postgresql+psycopg://x/y"]
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
-    assert "cannot open results database postgresql+psycopg://x/y" in result.output
+    assert "cannot open results database: results database postgresql+psycopg://x/y: " in result.output
     assert "Ray dashboard" not in result.output  # nothing was submitted
     assert len(result.output.strip().splitlines()) == 1, result.output
 
