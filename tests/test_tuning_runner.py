@@ -6,6 +6,9 @@ board agent on loopback; no Ray (no fence host) and no search.
 
 from __future__ import annotations
 
+import contextlib
+import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -91,8 +94,6 @@ class _DeadSession:
 def test_an_idle_session_that_died_costs_a_new_session_not_a_trial(
     local_farm: LocalFarm, candidate: tuple[str, list[Any]], sessions_opened: list[str]
 ) -> None:
-    import time
-
     runner = FarmRunner(FarmRunnerConfig(tracker=local_farm.tracker, board_key="host"))
     try:
         runner._idle_sessions.append((_DeadSession(), time.monotonic()))
@@ -103,3 +104,66 @@ def test_an_idle_session_that_died_costs_a_new_session_not_a_trial(
         assert not runner.stats.failed and not runner.stats.errors
     finally:
         runner.shutdown()
+
+
+class _InProcessFence:
+    """The host fence's own rules (``_HostFenceState``) in this process, with every hold's span recorded."""
+
+    def __init__(self) -> None:
+        import threading
+
+        from workers.fence import _HostFenceState
+
+        self.state, self.lock = _HostFenceState(), threading.Lock()
+        self.spans: list[tuple[str, float, float]] = []  # (kind, from, to)
+
+    @contextlib.contextmanager
+    def _hold(self, kind: str, ttl_s: float) -> Iterator[float]:
+        holder = uuid.uuid4().hex
+        ask = self.state.try_build if kind == "build" else self.state.try_time
+        while True:
+            with self.lock:
+                if ask(holder, ttl_s):
+                    break
+            time.sleep(0.002)
+        started = time.monotonic()
+        try:
+            yield 0.0
+        finally:
+            with self.lock:
+                self.spans.append((kind, started, time.monotonic()))
+                self.state.release(holder)
+
+    def building(self, ttl_s: float = 1800.0) -> contextlib.AbstractContextManager[float]:
+        return self._hold("build", ttl_s)
+
+    def timing(self, ttl_s: float = 300.0, stop: Any = None) -> contextlib.AbstractContextManager[float]:
+        return self._hold("time", ttl_s)
+
+
+def test_on_fenced_boards_a_batch_is_timed_while_the_tuning_thread_waits(
+    local_farm: LocalFarm, candidate: tuple[str, list[Any]]
+) -> None:
+    """The tuning thread holds the fence while it works (search, cost model) and lets go only while its batch
+    is timed: ``run`` comes back with the batch timed and the hold taken again, and no timing overlapped a
+    span of the thread's hold. Without ``pause`` the batch could never be timed (the thread's own hold)."""
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    from workers.fence import WorkHold
+
+    fence = _InProcessFence()
+    path, args_info = candidate
+    with WorkHold(fence.building) as hold:
+        config = FarmRunnerConfig(tracker=local_farm.tracker, board_key="host")
+        runner = FarmRunner(config, fence=fence, pause=hold.paused)
+        try:
+            futures = runner.run([RunnerInput(path, "cpu", args_info) for _ in range(3)])
+            assert all(f.done() for f in futures), "run returned before its fenced batch was timed"
+            assert fence.state.state()["builds"] == 1  # the thread's hold, taken again
+            assert [f.result().error_msg for f in futures] == [None] * 3
+        finally:
+            runner.shutdown()
+    timings = [(a, b) for kind, a, b in fence.spans if kind == "time"]
+    works = [(a, b) for kind, a, b in fence.spans if kind == "build"]
+    assert len(timings) == 3 and len(works) == 2, fence.spans  # held before the batch and after it
+    assert not [(t, w) for t in timings for w in works if t[0] < w[1] and w[0] < t[1]], fence.spans

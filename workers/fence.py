@@ -22,7 +22,7 @@ import contextlib
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 NAMESPACE = "tvmbench"
@@ -207,6 +207,41 @@ class Hold:
             yield
         finally:
             self.fence._acquire("try_build", self.holder, self.ttl_s)
+
+
+class WorkHold:
+    """A build hold taken through ``building`` (a ``Fence``'s or a toolchain child's ``FileFence``'s) for as
+    long as this object is entered, let go of while ``paused()``: the hold of a thread that works on this
+    machine's cores between waits (a tuning search), where ``Hold`` is a build task's own."""
+
+    def __init__(self, building: Callable[[], contextlib.AbstractContextManager[Any]]) -> None:
+        self._building = building
+        self._held: contextlib.AbstractContextManager[Any] | None = None
+
+    def __enter__(self) -> WorkHold:
+        self._take()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._let_go()
+
+    def _take(self) -> None:
+        held = self._building()
+        held.__enter__()
+        self._held = held
+
+    def _let_go(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.__exit__(None, None, None)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        self._let_go()
+        try:
+            yield
+        finally:
+            self._take()
 
 
 def local_fence(fence_host: str | None) -> Fence:

@@ -13,6 +13,7 @@ take that whole directory with it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -94,6 +95,8 @@ class RayBuilder(PyBuilder):
     """Builds each batch of MetaSchedule candidates as one Ray task per candidate.
 
     ``stop()`` (checked while waiting) ends a batch early: unfinished candidates become build errors.
+    ``pause()`` lets go of the tuning thread's fence hold while it waits for the batch (workers/tuning/runner.py
+    says why the thread holds one).
     """
 
     def __init__(
@@ -104,6 +107,7 @@ class RayBuilder(PyBuilder):
         timeout_s: float = 120.0,
         stats: TuningStats | None = None,
         stop: Any = None,
+        pause: Any = None,
     ) -> None:
         import ray
 
@@ -113,6 +117,7 @@ class RayBuilder(PyBuilder):
         self.timeout_s = timeout_s
         self.stats = stats or TuningStats()
         self.stop = stop
+        self.pause = pause
         # Candidates are pure functions of their input: a worker that dies is simply re-run.
         self._remote = ray.remote(num_cpus=1, max_retries=1)(compile_candidate)
         self._cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -141,11 +146,12 @@ class RayBuilder(PyBuilder):
         # The timeout is per candidate; a batch runs a CPU's worth of candidates at a time.
         rounds = -(-len(refs) // self._cpus)
         deadline = time.monotonic() + self.timeout_s * max(1, rounds)
-        while pending and time.monotonic() < deadline:
-            if self.stop is not None and self.stop():
-                break
-            _, not_ready = ray.wait(list(pending), num_returns=len(pending), timeout=0.25)
-            pending = set(not_ready)
+        with self.pause() if self.pause is not None else contextlib.nullcontext():
+            while pending and time.monotonic() < deadline:
+                if self.stop is not None and self.stop():
+                    break
+                _, not_ready = ray.wait(list(pending), num_returns=len(pending), timeout=0.25)
+                pending = set(not_ready)
         results = []
         for ref in refs:
             if ref in pending:
@@ -196,8 +202,6 @@ class InProcessBuilder(PyBuilder):
         self.fence = fence  # held (``building()``) around each compile, else the host's fence is
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
-        import contextlib
-
         import tvm
 
         from tvmbench.core.errors import one_line

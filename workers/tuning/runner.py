@@ -9,6 +9,13 @@ candidate, and turns every failure into a failed trial of a kind (``infra``, ``t
 ``device-unavailable``, ``build``) instead of an exception: a board that dies mid-tuning costs the
 trials it was running, never the job.
 
+On boards that share this machine's cores (fenced), ``run`` returns once the whole batch is timed, and the
+tuning thread's own fence hold (``pause``) is let go of only meanwhile: MetaSchedule's task schedulers
+search and build the next task, and update the cost model, while a batch is out on the boards, and on
+this machine's cores that work ran during the timings (the auto budget searched one task while the
+last one's candidates were timed, two threads each on two cores). On other boards a batch is still
+timed while the tuning thread works on.
+
 A board that fails ``QUARANTINE_AFTER`` candidates in a row is avoided for the rest of this tuning run
 (the farm's quarantine rule, applied locally: the sweep's own health bookkeeping sees only measurements).
 
@@ -28,6 +35,7 @@ import gc
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,16 +65,23 @@ class FarmRunnerConfig:
     reuse_sessions: bool = True  # False: a session per candidate (benchmarks/tuning_sessions.py compares)
 
 
+Pause = Callable[[], contextlib.AbstractContextManager[Any]]
+
+
 @derived_object
 class _Future(PyRunnerFuture):
-    def __init__(self, future: concurrent.futures.Future) -> None:
+    def __init__(self, future: concurrent.futures.Future, pause: Pause | None = None) -> None:
         super().__init__()
         self.future = future
+        self.pause = pause
 
     def done(self) -> bool:
         return self.future.done()
 
     def result(self) -> RunnerResult:
+        if self.pause is not None and not self.future.done():
+            with self.pause():  # waiting is no work: let timings on this machine go on meanwhile
+                self.future.result()
         run_secs, error = self.future.result()
         return RunnerResult(run_secs, error)
 
@@ -83,6 +98,7 @@ class FarmRunner(PyRunner):
         stats: TuningStats | None = None,
         stop: Any = None,
         fence: Any = None,
+        pause: Pause | None = None,
     ) -> None:
         super().__init__()
         self.config = config
@@ -90,6 +106,9 @@ class FarmRunner(PyRunner):
         self.stop = stop
         # A fence object in place of the host's Ray actor (a toolchain's child: workers/toolchains/tuning.py).
         self.fence = fence
+        # Lets go of the tuning thread's fence hold while it waits for candidates (see the module docstring).
+        self.pause = pause
+        self.fenced = config.fence_host is not None or fence is not None
         self._lock = threading.Lock()
         self._avoid = set(avoid)
         self._streak: Counter = Counter()  # board id -> failures in a row
@@ -109,7 +128,10 @@ class FarmRunner(PyRunner):
             future = self._pool.submit(self._run_one, path, str(ri.device_type), args_info)
             # When each candidate finished, for the tuning curve's seconds (a batch is reported at its end).
             future.add_done_callback(lambda _, path=path: self.stats.timed(path))
-            futures.append(_Future(future))
+            futures.append(_Future(future, self.pause))
+        if self.fenced:  # timed before the tuning thread works on (see the module docstring)
+            with self.pause() if self.pause is not None else contextlib.nullcontext():
+                concurrent.futures.wait([f.future for f in futures])
         return futures
 
     def shutdown(self) -> None:

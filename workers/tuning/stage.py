@@ -204,14 +204,16 @@ def _work_dir() -> Iterator[str]:
 def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -> tuple[Any, Any, dict[str, Any]]:
     """Tune ``job`` and lower its module with the records: (lowered module, target, provenance).
 
-    Must run inside the job's PassContext. ``build_hold`` (a ``workers.fence.Hold``) is let go while the
-    candidates are tuned, so that this build does not fence out its own timings.
+    Must run inside the job's PassContext. ``build_hold`` (a ``workers.fence.Hold``) stays held while this
+    thread searches and learns, and is let go of while it waits for candidates to build or be timed, so that
+    this build neither fences out its own timings nor runs its search during them (workers/tuning/runner.py).
     """
     import tvm
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
     from tvmbench.core.errors import one_line
+    from workers.fence import WorkHold
     from workers.tuning.builder import InProcessBuilder, RayBuilder
     from workers.tuning.first_batch import first_batch_strategy, guides
     from workers.tuning.preload import preload_tensor_intrin
@@ -268,13 +270,15 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
             from workers.toolchains.tuning import FileFence
 
             fence = FileFence(env.fence_dir)
-        builder_options: dict[str, Any] = {"fence": fence} if fence is not None else {}
-        builder = (InProcessBuilder if env.builder == "local" else RayBuilder)(
-            cross_compiler=job.target.cross_compiler,
-            fence_host=env.fence_host,
-            timeout_s=settings.builder_timeout_s,
-            stats=stats,
-            **builder_options,
+        # This thread's hold on the fence: the build task's own, or in a toolchain's child one of its own.
+        own_hold = WorkHold(fence.building) if build_hold is None and fence is not None else None
+        work_hold = build_hold if build_hold is not None else own_hold
+        pause = work_hold.paused if work_hold is not None else None
+        common = {"cross_compiler": job.target.cross_compiler, "fence_host": env.fence_host, "stats": stats}
+        builder = (
+            InProcessBuilder(timeout_s=settings.builder_timeout_s, fence=fence, **common)
+            if env.builder == "local"
+            else RayBuilder(timeout_s=settings.builder_timeout_s, pause=pause, **common)
         )
         runner = FarmRunner(
             FarmRunnerConfig(
@@ -288,16 +292,16 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
             avoid=env.avoid,
             stats=stats,
             fence=fence,
+            pause=pause,
         )
         preload_tensor_intrin()  # the first TuneContext imports it: minutes in a loaded process otherwise
-        pause = build_hold.paused() if build_hold is not None else contextlib.nullcontext()
         # A task's first batch is drawn at random while nothing can guide it (workers/tuning/first_batch.py).
         strategy = (
             warm.strategy
             if warm
             else first_batch_strategy(lambda: guides(settings.cost_model), population=settings.population)
         )
-        with pause, _work_dir() as work_dir:
+        with own_hold or contextlib.nullcontext(), _work_dir() as work_dir:
             contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
                 [extracted[i.index] for i in todo],
                 work_dir,
