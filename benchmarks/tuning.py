@@ -46,6 +46,7 @@ def sweep_toml(models: list[str], model_dir: Path, budgets: list[int | str], arg
         f"executor = {json.dumps(executors)}",
         "opt_level = [2]",
         f"pipeline = {json.dumps(args.pipeline.split(','))}",
+        *([f"layout = {json.dumps(args.layouts.split(','))}"] if args.layouts else []),
         f"tuning = {json.dumps([0, *budgets])}",
         "",
         "[tuning]",
@@ -134,6 +135,14 @@ def figures(db: str, sweep_id: str) -> list[dict[str, Any]]:
                 "share_build": shares["build_s"],
                 "share_wait": shares["board_wait_s"],
                 "share_run": shares["run_s"],
+                # The rest of the tuning thread's time: MetaSchedule's search, the cost model and the records.
+                # On fenced boards nothing of the build overlaps (workers/tuning/runner.py), so it adds up.
+                "share_search": (
+                    max(0.0, 1.0 - sum(shares.values()))
+                    if tuning_s and all(v is not None for v in shares.values())
+                    else None
+                ),
+                "layout": r.get("layout"),
                 "compile_s": r["compile_s"],
                 "error": (r["error"] or "").splitlines()[0][:160] if r["error"] else None,
             }
@@ -208,29 +217,30 @@ def _f(value: Any, spec: str = ".3g") -> str:
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     head = (
-        f"{'model':18} {'config':22} {'median ms':>10} {'95% CI':>20} {'/ORT':>7} {'tune s':>8} {'trials':>7} "
-        f"{'stored':>6} {'trial/s':>7} {'build':>6} {'wait':>6} {'run':>6}  failed"
+        f"{'model':18} {'config':27} {'median ms':>10} {'95% CI':>20} {'/ORT':>7} {'tune s':>8} {'trials':>7} "
+        f"{'stored':>6} {'trial/s':>7} {'build':>6} {'wait':>6} {'run':>6} {'search':>6}  failed"
     )
     print(head)
     print("-" * len(head))
     for r in rows:
         config = "onnxruntime" if r["executor"] == "onnxruntime" else (
             f"{r['executor']} tuned {r['budget']}" if r["budget"] else f"{r['executor']} untuned"
-        )  # fmt: skip
+        ) + (f" {r['layout']}" if r.get("layout") else "")  # fmt: skip
         ci = "-" if r["ci"] is None else f"[{r['ci'][0]:.4g}, {r['ci'][1]:.4g}]"
         pct = lambda v: "-" if v is None else f"{v * 100:.0f}%"  # noqa: E731
         status = "" if r["status"] == "ok" else f"  {r['status']}: {r['error']}"
         status += f"  stopped by {r['stopped_by']}" if r.get("stopped_by") else ""
         print(
-            f"{r['model']:18} {config:22} {_f(r['median_ms'], '.4g'):>10} {ci:>20} {_f(r['x_ort'], '.3g'):>7} "
+            f"{r['model']:18} {config:27} {_f(r['median_ms'], '.4g'):>10} {ci:>20} {_f(r['x_ort'], '.3g'):>7} "
             f"{_f(r['tuning_s'], '.0f'):>8} {_f(r['trials_run'], 'd'):>7} {_f(r['trials_from_records'], 'd'):>6} "
             f"{_f(r['trials_per_s'], '.2f'):>7} {pct(r['share_build']):>6} {pct(r['share_wait']):>6} "
-            f"{pct(r['share_run']):>6}  {r['failed'] or ''}{status}"
+            f"{pct(r['share_run']):>6} {pct(r['share_search']):>6}  {r['failed'] or ''}{status}"
         )
     print(
         "\n/ORT: median over ONNX Runtime's on the same board (1 = as fast; < 1 faster). tune s: tuning wall "
         "seconds of that build; trials: measured in it; stored: covered by records already in the database; "
-        "build/wait/run: share of tuning time building candidates, waiting for a board, measuring."
+        "build/wait/run/search: share of tuning time building candidates, waiting for a board, measuring, and the "
+        "rest (MetaSchedule's search, the cost model, the records)."
     )
 
 
@@ -254,6 +264,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--pipeline", default="per-target", help='comma-separated pipelines ("per-target-fold-bn": batch norms folded)'
+    )
+    parser.add_argument(
+        "--layouts", default=None, help='comma-separated data layouts, the layout axis ("NCHW,NHWC"; default: none)'
     )
     parser.add_argument("--cost-model", default=None, help="xgb (default when installed), random or mlp")
     parser.add_argument("--trials-per-iter", type=int, default=16)
