@@ -9,6 +9,16 @@ layout changes back (the model's NCHW input and outputs, a flatten, a conv1d/con
 per inference by those that do not (generic). The model's interface stays NCHW, so the outputs are still
 checked against ONNX Runtime's.
 
+Two ops as TVM's ONNX importer writes them break ConvertLayout's layout inference (0.27): ``Dropout``
+becomes ``nn.dropout``, which returns a tuple ("Expected nested to match tuple"), and ``Sum``/``Min``/
+``Max``/``Mean`` of several tensors become a ``stack`` along a new axis and a reduction over it, whose
+5-D layout the pass cannot derive from a 4-D one ("can't find S in source layout ABCDE"). Every light
+model of the onnx package has one or the other (light_squeezenet a dropout, light_shufflenet and
+light_resnet50 their residual sums), so before the pass the dropout's output is its input (inference:
+the identity) and a stacked reduction is the same ops pairwise (``add``, ``minimum``, ``maximum``; a mean
+divides the sum), which is what the importer itself writes where a shape is not static. The provenance
+counts both (``rewritten``).
+
 "NCHW" leaves the module as imported. A model without a conv2d comes out unchanged under either
 layout: its provenance says ``convs_converted: 0`` and its program is the NCHW program (one fingerprint,
 measured once).
@@ -71,11 +81,14 @@ def convert(mod: Any, layout: str) -> tuple[Any, dict[str, Any]]:
         "convs_converted": 0,
         "other_convs": before["other_convs"],
         "transposes_added": 0,
+        "rewritten": {},
     }
     if layout not in DESIRED:  # the imported layout: nothing to do
         return mod, provenance
     from tvm import relax
 
+    if before["conv2d"]:
+        mod, provenance["rewritten"] = layout_friendly(mod)
     try:
         out = relax.transform.ConvertLayout(DESIRED[layout])(mod)
     except Exception as exc:  # an op whose layout inference fails: the build's error, naming the pass
@@ -88,6 +101,55 @@ def convert(mod: Any, layout: str) -> tuple[Any, dict[str, Any]]:
         transposes_added=after["transposes"] - before["transposes"],
     )
     return out, provenance
+
+
+def layout_friendly(mod: Any) -> tuple[Any, dict[str, int]]:
+    """``mod`` with the ops ConvertLayout cannot infer a layout through written as equivalent ones (see the
+    module docstring); the count of each rewrite (none: ``mod`` itself)."""
+    from tvm import relax
+    from tvm.relax.dpl import is_op, is_tuple_get_item, rewrite_call, wildcard
+
+    pairwise = {"relax.sum": relax.op.add, "relax.mean": relax.op.add, "relax.min": relax.op.minimum,
+                "relax.max": relax.op.maximum}  # fmt: skip
+    counts = {"dropout": 0, "stacked_reductions": 0}
+    kept = wildcard()
+    dropout = is_tuple_get_item(is_op("relax.nn.dropout")(kept), 0)
+    tensors = wildcard()
+    stacked = is_op("relax.stack")(tensors)
+    reduction = is_op("relax.sum")(stacked)
+    for name in ("relax.mean", "relax.min", "relax.max"):
+        reduction |= is_op(name)(stacked)
+
+    def without_dropout(_call: Any, matched: dict[Any, Any]) -> Any:
+        counts["dropout"] += 1
+        return matched[kept]
+
+    def reduced_pairwise(call: Any, matched: dict[Any, Any]) -> Any:
+        fields, axis = matched[tensors], call.attrs.axis
+        new_axis = int(matched[stacked].attrs.axis)
+        if (
+            not isinstance(fields, relax.Tuple)
+            or axis is None
+            or [int(a) for a in axis] != [new_axis]
+            or call.attrs.keepdims
+        ):
+            return call
+        out = fields.fields[0]
+        for field in fields.fields[1:]:
+            out = pairwise[call.op.name](out, field)
+        if call.op.name == "relax.mean":
+            dtype = (call.ty if hasattr(call, "ty") else call.struct_info).dtype  # 0.27 renamed struct_info
+            out = relax.op.divide(out, relax.const(len(fields.fields), dtype))
+        counts["stacked_reductions"] += 1
+        return out
+
+    out = mod.clone()  # the module itself stays as imported (the NCHW job's program)
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            out[gvar] = rewrite_call(reduction, reduced_pairwise, rewrite_call(dropout, without_dropout, func))
+    if not any(counts.values()):
+        return mod, {}
+    return relax.transform.DeadCodeElimination()(out), {k: v for k, v in counts.items() if v}
 
 
 def for_job(job: Job, mod: Any) -> tuple[Any, dict[str, Any] | None]:

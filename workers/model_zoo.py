@@ -226,6 +226,37 @@ def conv_bn(seed: int = 0, channels: int = 8) -> onnx.ModelProto:
     )
 
 
+def merged_branches(seed: int = 0, channels: int = 8) -> onnx.ModelProto:
+    """x[1,3,16,16] -> conv -> three branches merged by a variadic Sum, a Mean and a Concat, a Dropout ->
+    GlobalAveragePool -> Flatten: the ops by which the onnx package's light models (a dropout in
+    light_squeezenet, residual Sums in light_shufflenet and light_resnet50) merge their branches, which
+    TVM's importer writes as ``nn.dropout`` and as a ``stack`` reduced over its new axis."""
+    rng = np.random.default_rng(seed)
+    conv = lambda i, x, c_in: helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1])  # noqa: E731
+    nodes = [
+        conv(0, "x", 3),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        conv(1, "r0", channels),
+        conv(2, "r0", channels),
+        helper.make_node("Sum", ["r0", "c1", "c2"], ["sum"]),
+        helper.make_node("Mean", ["c1", "c2"], ["mean"]),
+        helper.make_node("Concat", ["sum", "mean"], ["cat"], axis=1),
+        helper.make_node("Dropout", ["cat"], ["drop"]),
+        helper.make_node("GlobalAveragePool", ["drop"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["y"]),
+    ]
+    inits = []
+    for i, c_in in enumerate((3, channels, channels)):
+        inits += [_init(rng, f"w{i}", (channels, c_in, 3, 3), 0.3), _init(rng, f"b{i}", (channels,))]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2 * channels])],
+        inits,
+        "merged_branches",
+    )
+
+
 def outer_product(n: int = 2048, seed: int = 0) -> onnx.ModelProto:
     """a[n,1] x b[1,n] -> Relu -> ReduceSum over columns -> y[n,1]: small inputs, outputs and weights
     (none), one n*n float32 intermediate (16 MB at n=2048). What the memory tests and benchmarks need: a

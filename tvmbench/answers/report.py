@@ -250,6 +250,13 @@ def layout_line(layout: dict[str, Any]) -> str:
         text += " (no conv2d in the model: the conversion is a no-op)"
     if layout.get("other_convs"):
         text += f"; {layout['other_convs']} other convolution(s) (conv1d, conv3d, transposed) left as imported"
+    rewritten = layout.get("rewritten") or {}
+    if rewritten:
+        said = {
+            "dropout": "dropout(s) made the identity",
+            "stacked_reductions": "stacked Sum/Mean/Min/Max made pairwise",
+        }
+        text += "; before it: " + ", ".join(f"{n} {said.get(k, k)}" for k, n in rewritten.items())
     return text
 
 
