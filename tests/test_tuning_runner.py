@@ -167,3 +167,33 @@ def test_on_fenced_boards_a_batch_is_timed_while_the_tuning_thread_waits(
     works = [(a, b) for kind, a, b in fence.spans if kind == "build"]
     assert len(timings) == 3 and len(works) == 2, fence.spans  # held before the batch and after it
     assert not [(t, w) for t in timings for w in works if t[0] < w[1] and w[0] < t[1]], fence.spans
+
+
+def test_on_other_boards_run_returns_at_once_and_the_batch_is_timed_meanwhile(
+    local_farm: LocalFarm, candidate: tuple[str, list[Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Boards that do not share this machine's cores (no fence): ``run`` hands the batch to the runner's
+    threads and returns, so the tuning thread searches and builds the next task while it is timed."""
+    import threading
+
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+    timing_allowed = threading.Event()
+    runner_class = FarmRunner._cls  # the Python class behind TVM's derived object
+    real = runner_class._time_on_board
+
+    def gated(self: Any, *args: Any) -> list[float]:
+        assert timing_allowed.wait(120), "the test never let the timing go on"
+        return real(self, *args)
+
+    monkeypatch.setattr(runner_class, "_time_on_board", gated)
+    path, args_info = candidate
+    runner = FarmRunner(FarmRunnerConfig(tracker=local_farm.tracker, board_key="host"))
+    try:
+        futures = runner.run([RunnerInput(path, "cpu", args_info) for _ in range(2)])
+        assert not runner.fenced and not any(f.done() for f in futures)  # returned with its batch still out
+        timing_allowed.set()
+        assert [f.result().error_msg for f in futures] == [None, None]
+    finally:
+        timing_allowed.set()
+        runner.shutdown()

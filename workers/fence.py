@@ -167,9 +167,13 @@ class Fence:
         self._release(holder)
 
     @contextlib.contextmanager
-    def building(self, ttl_s: float = BUILD_TTL_S) -> Iterator[Hold]:
-        """Hold the fence while compiling on this host (shared with other builds)."""
-        hold = Hold(self, uuid.uuid4().hex, ttl_s)
+    def building(self, ttl_s: float = BUILD_TTL_S, holder: str | None = None) -> Iterator[Hold]:
+        """Hold the fence while compiling on this host (shared with other builds).
+
+        ``holder``: the hold's name, for a caller that may have to let go of it on the builder's behalf
+        (a candidate build it force-cancels never reaches its own release); default a fresh one.
+        """
+        hold = Hold(self, holder or uuid.uuid4().hex, ttl_s)
         hold.waited_s = self._acquire("try_build", hold.holder, ttl_s)
         try:
             yield hold

@@ -17,20 +17,25 @@ import contextlib
 import os
 import tempfile
 import time
+import uuid
 from typing import Any
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 
+from workers.fence import Fence
 from workers.tuning.stats import TuningStats
 
 ARTIFACT_NAME = "candidate.so"
 
 
-def compile_candidate(mod_json: str, target_str: str, cross_compiler: str | None, fence_host: str | None) -> bytes:
+def compile_candidate(
+    mod_json: str, target_str: str, cross_compiler: str | None, fence_host: str | None, holder: str | None = None
+) -> bytes:
     """Build one scheduled candidate (a Ray task body): TIR module JSON -> shared-library bytes.
 
-    Raises on a compiler error; the builder turns that into the candidate's error message.
+    Raises on a compiler error; the builder turns that into the candidate's error message. ``holder``: the
+    name of its fence hold, which the builder lets go of itself when it cancels the build.
     """
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
@@ -40,7 +45,7 @@ def compile_candidate(mod_json: str, target_str: str, cross_compiler: str | None
     from workers.tuning.preload import preload_tensor_intrin
 
     preload_tensor_intrin()  # registers the intrinsics tensorised schedules use (slow import, made fast)
-    with local_fence(fence_host).building():
+    with local_fence(fence_host).building(holder=holder):
         mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(tvm.ir.load_json(mod_json))
         lib = tvm.compile(mod, target=Target(target_str))
         folder = tempfile.mkdtemp(prefix="tvmbench-cand-build-")
@@ -94,6 +99,12 @@ def warm_worker() -> float:
 class RayBuilder(PyBuilder):
     """Builds each batch of MetaSchedule candidates as one Ray task per candidate.
 
+    ``timeout_s`` bounds each candidate: the batch may take a CPU's worth of candidates at a time until
+    its last ones are all running (no more than the cluster's CPUs left), and those get ``timeout_s``
+    from then. A candidate past it is cancelled and becomes a build error, and its hold on the host fence
+    is let go of here (a force-cancelled task never reaches its own release: one such hold kept every
+    timing on the host waiting for the hold's 30-minute TTL, after one NHWC light_squeezenet candidate
+    compiled for 16 minutes).
     ``stop()`` (checked while waiting) ends a batch early: unfinished candidates become build errors.
     ``pause()`` lets go of the tuning thread's fence hold while it waits for the batch (workers/tuning/runner.py
     says why the thread holds one).
@@ -138,24 +149,30 @@ class RayBuilder(PyBuilder):
         if not self._warm:
             self._warm_up()
         started = time.perf_counter()
+        holders = [uuid.uuid4().hex for _ in build_inputs]
         refs = [
-            self._remote.remote(tvm.ir.save_json(bi.mod), str(bi.target), self.cross_compiler, self.fence_host)
-            for bi in build_inputs
+            self._remote.remote(tvm.ir.save_json(bi.mod), str(bi.target), self.cross_compiler, self.fence_host, h)
+            for bi, h in zip(build_inputs, holders, strict=True)
         ]
         pending = set(refs)
         # The timeout is per candidate; a batch runs a CPU's worth of candidates at a time.
         rounds = -(-len(refs) // self._cpus)
         deadline = time.monotonic() + self.timeout_s * max(1, rounds)
+        last_running = False  # no more candidates left than CPUs: each of them has had its CPU since
         with self.pause() if self.pause is not None else contextlib.nullcontext():
             while pending and time.monotonic() < deadline:
                 if self.stop is not None and self.stop():
                     break
                 _, not_ready = ray.wait(list(pending), num_returns=len(pending), timeout=0.25)
                 pending = set(not_ready)
+                if not last_running and len(pending) <= self._cpus:
+                    last_running = True
+                    deadline = min(deadline, time.monotonic() + self.timeout_s)
         results = []
-        for ref in refs:
+        for ref, holder in zip(refs, holders, strict=True):
             if ref in pending:
                 ray.cancel(ref, force=True)
+                Fence(self.fence_host).release(holder)
                 why = "stopped" if self.stop is not None and self.stop() else f"timed out after {self.timeout_s:g}s"
                 results.append(self._failed("build-timeout", f"candidate build {why}"))
                 continue
