@@ -39,6 +39,15 @@ def get_build(s: Session, build_key: str) -> records.Build | None:
     return None if row is None else build_record(row)
 
 
+def get_builds(s: Session, build_keys: list[str]) -> dict[str, records.Build]:
+    """The stored builds of ``build_keys`` as records, by key (one query per 500 keys)."""
+    keys, found = sorted(set(build_keys)), {}
+    for i in range(0, len(keys), 500):
+        for row in s.scalars(select(m.Build).where(m.Build.build_key.in_(keys[i : i + 500]))):
+            found[row.build_key] = build_record(row)
+    return found
+
+
 def built_keys(s: Session, build_keys: set[str]) -> set[str]:
     """Which of ``build_keys`` have an ok build row (one query per 500 keys)."""
     keys, found = sorted(build_keys), set()

@@ -196,7 +196,13 @@ class ResultStore:
         given = {"name": name, "label": label, "source": source, "source_path": source_path, "jobs": jobs}
         return self._write(
             lambda s: writes.begin_sweep(
-                s, sweep_id, **given, model_sizes=model_sizes, tvm_version=tvm_version, releases=releases
+                s,
+                sweep_id,
+                **given,
+                model_sizes=model_sizes,
+                tvm_version=tvm_version,
+                releases=releases,
+                job_ids=self._job_ids,
             )
         )
 
@@ -221,6 +227,10 @@ class ResultStore:
     def get_build(self, build_key: str) -> records.Build | None:
         """The stored build of ``build_key`` as a record, or None."""
         return self._read(lambda s: control_reads.get_build(s, build_key))
+
+    def get_builds(self, build_keys: list[str]) -> dict[str, records.Build]:
+        """The stored builds of ``build_keys`` as records, by key (one query per 500 keys)."""
+        return self._read(lambda s: control_reads.get_builds(s, build_keys))
 
     def built_keys(self, build_keys: set[str]) -> set[str]:
         """Which of ``build_keys`` have an ok build row (one query per 500 keys)."""

@@ -35,10 +35,12 @@ def begin_sweep(
     model_sizes: dict[str, int],
     tvm_version: str,
     releases: dict[str, str] | None = None,
+    job_ids: dict[tuple[str, str], int] | None = None,
 ) -> bool:
     """Record a sweep and its jobs as pending, this process as its driver; True if the sweep is new.
 
     ``releases``: the TVM version of each toolchain of the tvm axis (a job's build key is its release's).
+    ``job_ids`` gets the id of every job row of the sweep (see ``job_id``).
     """
     driver = {"driver_host": socket.gethostname(), "driver_pid": os.getpid(), "heartbeat_at": now()}
     # Sorted, so that two sweeps sharing models insert them in the same order (no deadlock).
@@ -61,10 +63,16 @@ def begin_sweep(
     if not new:
         s.execute(update(m.Sweep).where(m.Sweep.id == sweep_id).values(status="running", **driver))
     # Jobs are inserted even when the sweep existed: a row lost to a crash between the two
-    # inserts is recreated, and rows already there are left alone.
-    for job in jobs:
-        version = (releases or {}).get(job.toolchain, tvm_version) if job.toolchain else tvm_version
-        insert_ignore(s, m.Job, job_values(sweep_id, job, version), ["sweep_id", "job_key"])
+    # inserts is recreated, and rows already there are left alone. One statement for all of them.
+    rows = [
+        job_values(sweep_id, job, (releases or {}).get(job.toolchain, tvm_version) if job.toolchain else tvm_version)
+        for job in jobs
+    ]
+    if rows:
+        s.execute(conflict_insert(s, m.Job, rows[0], ["sweep_id", "job_key"]), rows)
+    if job_ids is not None:
+        rows_ids = s.execute(select(m.Job.job_key, m.Job.id).where(m.Job.sweep_id == sweep_id))
+        job_ids.update({(sweep_id, key): row_id for key, row_id in rows_ids})
     return new
 
 

@@ -34,8 +34,9 @@ class BuildQueue:
         self.no_reuse: set[str] = set()  # builds to compile themselves (the build they reused failed)
         self.cached: list[str] = []
         self.known: dict[str, str] = {}  # reuse key -> build key with the artifact, for the program index
+        stored_builds = store.get_builds(list(states))
         for build_key, jobs in states.items():
-            stored = store.get_build(build_key)
+            stored = stored_builds.get(build_key)
             data = self.cache.get(stored.artifact_sha256) if stored and stored.ok and stored.artifact_sha256 else None
             if stored is not None and data is not None:
                 self.builds[build_key] = stored
