@@ -7,7 +7,9 @@ bound T*, no-op jobs through real Ray and a real database, a sweep with nothing 
 Everything runs in one process tree and one run, against one local farm (a TVM RPC tracker and one
 host board agent on 127.0.0.1):
 - seed loop: what a user writes by hand, one configuration at a time: import the ONNX model, run the
-  Relax pipeline in a PassContext, build and export the library, upload it to a board, time it.
+  Relax pipeline in a PassContext, build and export the library, upload it to a board, time it. It builds
+  for the sweep's own target (the ``host`` preset, with this machine's ``mcpu``), so that both build and
+  time the same programs (before, it built for plain ``llvm``: other programs, other seconds in T*).
 - `tvmbench sweep run` as a separate process, cold (empty artifact cache and database), then again
   with `--label cached` (every build comes from the cache; everything is measured again).
 - T*: (distinct import + pipeline + codegen CPU-seconds) / cores + distinct measurement seconds, from
@@ -51,10 +53,11 @@ from tvmbench.core.records import Build, MeasureSettings, ModelRef, Run, TargetS
 from workers import model_zoo
 from workers.artifacts import ArtifactCache
 from workers.board_session import ok_run
-from workers.build_common import tvm_versions
+from workers.build_common import make_target, tvm_versions
 from workers.executors.base import Executor, not_mcu
 from workers.executors.requests import BuildRequest, MeasureRequest
 from workers.onnx_model import bundled_path
+from workers.targets import PRESETS
 from workers.tracker_client import request_session
 
 TVMBENCH = str(Path(sys.executable).with_name("tvmbench"))
@@ -107,7 +110,7 @@ def seed_loop(configs: list[SeedConfig], tracker: str, workdir: Path) -> SeedFig
     from tvm.relax.frontend.onnx import from_onnx
 
     figures = SeedFigures(configs=len(configs))
-    target = tvm.target.Target({"kind": "llvm"})
+    target = make_target(PRESETS["host"].tvm_target)  # the sweep file's target: the same programs
     started = time.perf_counter()
     for i, cfg in enumerate(configs):
         cpu0 = _cpu()
