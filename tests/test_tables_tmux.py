@@ -48,7 +48,10 @@ class Tmux:
 
     def __init__(self, directory: Path, env: dict[str, str]) -> None:
         conf = directory / "tmux.conf"
-        conf.write_text("set -g remain-on-exit on\nset -g history-limit 20000\n")
+        # exit-empty off: the server stays up between panes. By default it exits when the last session is
+        # killed, and a new-session that reaches the socket while it exits fails ("server exited
+        # unexpectedly"), which CI saw on a busy machine.
+        conf.write_text("set -s exit-empty off\nset -g remain-on-exit on\nset -g history-limit 20000\n")
         # The socket in the test's folder: nothing left in /tmp/tmux-UID, no clash with anyone's tmux.
         self.base = ["tmux", "-S", str(directory / "tmux.sock"), "-f", str(conf)]
         self.env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES", "TMUX")}
