@@ -199,12 +199,14 @@ def upgrade(engine: Engine) -> None:
         command.upgrade(config, "head")
 
 
-def upgrade_if_behind(engine: Engine) -> None:
-    """``upgrade`` unless the schema is at the newest migration already (then alembic is not even loaded)."""
+def upgrade_if_behind(engine: Engine) -> str | None:
+    """``upgrade`` unless the schema is at the newest migration already (then alembic is not even loaded);
+    returns the revision the database was at before (None: it held no tvmbench schema)."""
     with engine.connect() as conn:
         current = current_revision(conn)
     if current != head_revision():
         upgrade(engine)
+    return current
 
 
 def schema_problem(engine: Engine, shown: str = "...") -> str | None:

@@ -85,6 +85,7 @@ class ResultStore:
         self._pending: list[Callable[[Session], Any]] | None = None  # queued writes of a batch()
         self._job_ids: dict[tuple[str, str], int] = {}
         self.read_only = read_only or never_write
+        self.revision_before: str | None = None  # the schema revision found on opening, before migrating
         try:
             if read_only and not never_write and missing == "empty" and path is not None and not path.exists():
                 # Nothing stored yet: an empty database with the tables as the models describe them (no alembic).
@@ -96,7 +97,7 @@ class ResultStore:
             else:
                 self.engine = make_engine(self.url)
                 if migrate:
-                    self._retry(lambda: upgrade_if_behind(self.engine))
+                    self.revision_before = self._retry(lambda: upgrade_if_behind(self.engine))
         except SQLAlchemyError as exc:
             # The driver's own words (refused, unknown role, wrong password), as the one error every caller
             # of the store handles (the CLI, the Python API, the dashboard); never with the password.

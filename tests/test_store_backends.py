@@ -266,13 +266,34 @@ def test_concurrent_writers_make_one_sweep(db_url: str) -> None:
 def test_db_upgrade_command(db_url: str) -> None:
     from typer.testing import CliRunner
 
+    from db.engine import head_revision
     from tvmbench.cli import app
 
+    head = head_revision()
     result = CliRunner().invoke(app, ["db", "upgrade", "--db", db_url])
     assert result.exit_code == 0, result.output
-    assert "newest schema" in result.output
+    assert f"created the tvmbench schema (revision {head})" in result.output
     store = ResultStore(db_url, migrate=False)
     try:
         assert count(store, m.Sweep) == 0, "the migrated schema has the sweeps table"
     finally:
         store.close()
+    again = CliRunner().invoke(app, ["db", "upgrade", "--db", db_url])
+    assert again.exit_code == 0 and "nothing to do" in again.output, again.output
+
+
+def test_db_upgrade_says_which_revisions(tmp_path) -> None:
+    """An older database: `db upgrade` names the revision it found and the one it reached."""
+    from typer.testing import CliRunner
+
+    from db.engine import head_revision, make_engine
+    from tests.test_migration_0005 import _migrate
+    from tvmbench.cli import app
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = make_engine(url)
+    _migrate(engine, "0007")
+    engine.dispose()
+    result = CliRunner().invoke(app, ["db", "upgrade", "--db", url])
+    assert result.exit_code == 0, result.output
+    assert f"upgraded the schema from revision 0007 to {head_revision()}" in result.output
