@@ -426,6 +426,7 @@ def test_board_counts_are_bounded(tmp_path: Path, home: Path) -> None:
         ('[[models]]\npath = "m.onnx"\n[measure]\nsession_timeout_s = 1e308\n', "session_timeout_s = 1e+308: at most"),
         ('[[models]]\npath = "m.onnx"\n[measure]\ndevice_wait_s = inf\n', "device_wait_s = inf: at most"),
         ('[[models]]\npath = "m.onnx"\n[tolerance]\natol = nan\n', "tolerance.atol = nan: give a number"),
+        ('[[models]]\npath = "m.onnx"\n[tolerance]\natol = inf\n', "tolerance.atol = inf: give a finite number"),
     ],
 )
 def test_sweep_files_that_never_end_or_never_parse(tmp_path: Path, home: Path, text: str, expected: str) -> None:

@@ -194,6 +194,12 @@ def test_release_checks_without_provisioning() -> None:
     assert provision.check_release("0.25.0.post1").ffi == "0.1.12"
     with pytest.raises(ToolchainError, match="not on the package index"):
         provision.check_release("0.1.0")
+    # A shortened version names the pinned one (it is on the index too, so "not on the index" would mislead).
+    for short in ("0.27", "0.27.0"):
+        with pytest.raises(
+            ToolchainError, match=r"TVM release 0\.27(\.0)? is not a version tvmbench pins: write 0\.27\.0\.post1"
+        ):
+            provision.check_release(short)
 
 
 def test_a_childs_telling_line_from_tvms_multiline_errors_and_segfaults() -> None:

@@ -100,6 +100,8 @@ def parse_measure(data: dict[str, Any]) -> MeasureSettings:
                 f"{where}.{f.name} = {value}: at most {_MEASURE_LIMITS[f.name]:g} (a sweep that never ends "
                 "helps nobody; cancel and resume work in steps)"
             )
+        if value in (float("inf"), float("-inf")):  # an infinite tolerance would pass any output as correct
+            raise SpecError(f"{where}.{f.name} = {value}: give a finite number")
         values[f.name] = value if integer else float(value)
     check_sampling(measure, values)
     return MeasureSettings(**values)

@@ -64,6 +64,13 @@ def check_release(release: str) -> pins.Pin:
     if pin is not None:
         return pin
     supported = ", ".join(pins.PINS)
+    # "0.27" or "0.27.0" where the pinned release is 0.27.0.post1: name it, without asking the index.
+    meant = [name for name in pins.PINS if name.startswith(release + ".")]
+    if meant:
+        raise ToolchainError(
+            f"TVM release {release} is not a version tvmbench pins: write {meant[-1]} "
+            f"(the pinned release{'s' if len(meant) > 1 else ''} it matches: {', '.join(meant)})"
+        )
     on_index = index_versions()
     if on_index is None:
         raise ToolchainError(
