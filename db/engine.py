@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DatabaseError
 from sqlalchemy.pool import QueuePool
 
+from db.urls import as_url
 from tvmbench.core.errors import describe_missing, one_line
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -52,7 +53,7 @@ def default_url() -> str:
     """TVMBENCH_DB, else a SQLite file under TVMBENCH_HOME."""
     url = os.environ.get("TVMBENCH_DB")
     if url:
-        return url
+        return as_url(url)
     return f"sqlite:///{ensure_home() / 'results.db'}"
 
 

@@ -42,7 +42,7 @@ from db.engine import (  # noqa: F401  (re-exported: callers import these from d
 from db.rows import static_memory_columns, tuning_columns  # noqa: F401  (re-exported)
 from db.tuning_records import tuning_record_rank  # noqa: F401  (re-exported)
 from db.upserts import conflict_insert, insert_ignore, upsert  # noqa: F401  (re-exported)
-from db.urls import redact, shown_url
+from db.urls import as_url, redact, shown_url
 from tvmbench.core import records
 from tvmbench.core.errors import one_line
 
@@ -77,7 +77,8 @@ class ResultStore:
         """
         if missing not in ("error", "empty"):
             raise ValueError(f"missing={missing!r}: expected 'error' or 'empty'")
-        self.url = url or default_url()
+        given = url or default_url()
+        self.url = as_url(given) if isinstance(given, str) else given  # a path names a SQLite file
         check_backend(self.url)
         path = sqlite_path(self.url)
         if path is not None:

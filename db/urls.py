@@ -1,12 +1,24 @@
-"""Database URLs as they may be shown: never with their password (error lines, logs, job metadata)."""
+"""Database URLs as given (a URL or a SQLite file's path) and as shown: never with their password."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 # user:password@ in any URL-like text (scheme://user:password@host): the password part is replaced.
 _USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*:)(?P<password>[^@\s/]*)@")
 MASK = "***"
+
+
+def as_url(given: str) -> str:
+    """``given`` as a SQLAlchemy URL: a path (``results.db``, ``~/r.db``) is that SQLite file, made absolute.
+
+    Only text with no scheme is a path; one with ``?`` or ``#`` stays as given (a URL would read them as
+    its query or fragment), and is then refused as no URL.
+    """
+    if "://" in given or given.startswith("sqlite:") or not given.strip() or any(c in given for c in "?#"):
+        return given
+    return f"sqlite:///{Path(given).expanduser().absolute()}"
 
 
 def shown_url(url: str) -> str:

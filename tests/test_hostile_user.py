@@ -496,13 +496,34 @@ def test_a_port_out_of_range_is_one_line(home: Path, command: tuple[str, ...], p
 
 @pytest.mark.parametrize(
     ("url", "expected"),
-    [("mysql://user@host/db", "'mysql' databases are not supported"), ("results.db", "is not a database URL")],
+    [("mysql://user@host/db", "'mysql' databases are not supported"), ("results#1.db", "is not a database URL")],
 )
 def test_an_unsupported_database_url_says_what_is_supported(home: Path, url: str, expected: str) -> None:
     result = invoke("results", "list", "--db", url)
     assert result.exit_code == 2
     line = one_error_line(result)
     assert expected in line and "sqlite:///" in line and "postgresql+psycopg://" in line, line
+
+
+def test_a_sqlite_files_path_is_a_database(home: Path, tmp_path: Path, monkeypatch) -> None:
+    """--db results.db, ~/r.db, TVMBENCH_DB=path and tvmbench.open(path): the SQLite file, made absolute."""
+    import tvmbench
+
+    url = _stored_sweep(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    by_url = invoke("results", "list", "--db", url, "--json")
+    assert by_url.exit_code == 0 and '"optsweep0001"' in by_url.output, by_url.output
+    assert invoke("results", "list", "--db", "r.db", "--json").output == by_url.output
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert invoke("results", "list", "--db", "~/r.db", "--json").output == by_url.output
+    monkeypatch.setenv("TVMBENCH_DB", "r.db")
+    assert invoke("results", "list", "--json").output == by_url.output
+    results = tvmbench.open("r.db")
+    try:
+        assert results.store.url == f"sqlite:///{tmp_path / 'r.db'}"
+        assert set(results.query()["sweep_id"]) == {"optsweep0001"}
+    finally:
+        results.close()
 
 
 @pytest.mark.parametrize("command", [("results", "list"), ("farm", "list"), ("sweep", "status", "x")])

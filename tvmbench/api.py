@@ -109,6 +109,16 @@ class Results:
 
         self.store: ResultStore = ResultStore(db, read_only=True)
 
+    def close(self) -> None:
+        """Let go of the database's connections (``with tvmbench.open(db) as results:`` does it on exit)."""
+        self.store.close()
+
+    def __enter__(self) -> Results:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
     def sweeps(self) -> pd.DataFrame:
         """The sweeps, newest first, with their progress (what `results sweeps` prints)."""
         from tvmbench.answers.query import sweeps_overview
@@ -173,7 +183,8 @@ class Results:
 
 
 def open(db: str | None = None) -> Results:
-    """The results database at ``db`` (SQLAlchemy URL; default: TVMBENCH_DB or SQLite in TVMBENCH_HOME)."""
+    """The results database at ``db`` (a SQLAlchemy URL or a SQLite file's path; default: TVMBENCH_DB or
+    SQLite in TVMBENCH_HOME)."""
     return Results(db)
 
 

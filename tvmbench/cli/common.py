@@ -36,7 +36,9 @@ MAX_BOARDS = 64  # board agents one command may start here: each is a process ho
 DbOpt = Annotated[
     str | None,
     typer.Option(
-        "--db", envvar="TVMBENCH_DB", help="SQLAlchemy URL of the results database (default: SQLite in TVMBENCH_HOME)."
+        "--db",
+        envvar="TVMBENCH_DB",
+        help="The results database: a SQLAlchemy URL or a SQLite file's path (default: SQLite in TVMBENCH_HOME).",
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]

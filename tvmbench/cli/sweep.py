@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from db.urls import password_in, shown_url
+from db.urls import as_url, password_in, shown_url
 from tvmbench.answers import columns, report
 from tvmbench.answers.table import short_id
 from tvmbench.cli.common import (
@@ -313,6 +313,7 @@ def sweep_submit(
 
     if not path.is_file():
         fail(f"{path}: no such sweep file; give the path to a .toml file", code=2)
+    db = as_url(db) if db else db  # a path is a SQLite file, which submit_sweep refuses with its reason
     if db and not db.startswith("sqlite"):
         # Created or upgraded here, before the job starts: a wrong URL is this command's one line, and a
         # `sweep status` right after the submit reads a tvmbench database (reads never create one).

@@ -37,9 +37,8 @@ def check_host(host: str, allow_remote: bool) -> None:
 def open_readonly(url: str | None) -> ResultStore:
     """The results database opened so that it can never be written (``ResultStore(never_write=True)``),
     its schema checked; ServeError names what is wrong (a missing file, an older schema, no server)."""
-    from sqlalchemy.engine import make_url
-
     from db.store import ResultStore, StoreError, default_url
+    from db.urls import shown_url
     from tvmbench.core.errors import one_line
 
     url = url or default_url()
@@ -48,7 +47,7 @@ def open_readonly(url: str | None) -> ResultStore:
     except StoreError as exc:
         raise ServeError(str(exc)) from None
     except Exception as exc:
-        shown = make_url(url).render_as_string(hide_password=True)
+        shown = shown_url(url)
         raise ServeError(f"cannot open results database {shown} read-only: {one_line(exc)}") from None
 
 
