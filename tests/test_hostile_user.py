@@ -455,6 +455,12 @@ def _stored_sweep(tmp_path: Path) -> str:
         (("results", "regressions", "--lookback", "0"), "--lookback 0: must be at least 1"),
         (("results", "regressions", "--z", "-1"), "--z -1: must be above 0"),
         (("report", "optsweep0001", "-o", "/"), "-o / is a directory"),
+        (("results", "history", "optsweep", "--lookback", "0"), "--lookback 0: must be at least 1"),
+        (("results", "query", "--limit", "0"), "--limit 0: must be at least 1"),
+        (("results", "query", "--limit", "-1", "--json"), "--limit -1: must be at least 1"),
+        (("results", "query", "--since", "yesterday"), "--since 'yesterday' is not an ISO date/time"),
+        (("results", "show", "x", "--top", "-3"), "--top -3: must be at least 0"),
+        (("sweep", "cancel", "optsweep0001", "--wait", "nan"), "--wait nan: must be at least 0"),
     ],
 )
 def test_answer_options_out_of_range_are_one_line(tmp_path: Path, args: tuple[str, ...], expected: str) -> None:

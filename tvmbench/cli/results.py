@@ -88,6 +88,7 @@ def results_show(
     from tvmbench.answers import why
 
     tables(wide, only, tsv)
+    check_range("--top", top, 0)
     with failures_as_lines():  # unknown jobs or sweeps: one line, exit 2
         shown = why.explain_job(open_store(db, read_only=True), job, sweep, diff, diff_sweep)
     detail, other, kernels, pass_diff = shown["detail"], shown["other"], shown["kernels"], shown["pass_diff"]
@@ -126,7 +127,7 @@ def _when(value: str | None, option: str) -> datetime | None:
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        fail(f"{option} {value!r} is not an ISO date/time; write e.g. 2026-11-29 or 2026-11-29T14:00")
+        fail(f"{option} {value!r} is not an ISO date/time; write e.g. 2026-11-29 or 2026-11-29T14:00", code=2)
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
@@ -194,6 +195,8 @@ def results_query(
         fail(f"--max-memory-mb {max_memory_mb:g}: give the board's memory in MB, e.g. --max-memory-mb 512", code=2)
     filters = _filters(sweep, model, target, board, executor, opt_level, pipeline, status, since, until)
     filters = replace(filters, max_memory_mb=max_memory_mb)
+    if limit is not None:
+        check_range("--limit", limit, 1)
     table_only = not (group_by or pivot or as_json or as_csv or tsv)  # --tsv, like --csv, gives every row
     if table_only and limit is None:
         limit = TABLE_ROWS  # a terminal table of a million rows helps nobody; --csv/--json give them all
@@ -378,6 +381,7 @@ def results_history(
     from tvmbench.answers import regressions
 
     tables(wide, only, tsv)
+    check_range("--lookback", lookback, 1)
     with failures_as_lines():
         data = regressions.history(
             open_store(db, read_only=True), job, method=method, params=regressions.Params(lookback=lookback)

@@ -21,6 +21,7 @@ from tvmbench.cli.common import (
     TsvOpt,
     WideOpt,
     call,
+    check_range,
     console,
     err,
     fail,
@@ -402,6 +403,7 @@ def sweep_cancel(
     """
     from orchestrator import submit
 
+    check_range("--wait", wait, 0, 86400)
     if ray_address:
         store = open_store(db) if db else None
         outcome = call(submit.cancel_sweep, sweep_id, ray_address=ray_address, store=store)
