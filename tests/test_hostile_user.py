@@ -367,6 +367,70 @@ def test_zero_sized_input_is_named_as_such(tmp_path: Path, home: Path) -> None:
     assert result.exit_code == 2 and "zero-size dimension" in one_error_line(result), result.output
 
 
+def _io_model(inputs: list, outputs: list, nodes: list) -> onnx.ModelProto:
+    from onnx import helper
+
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", inputs, outputs), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("strings", "input 's' is a tensor of strings"),
+        ("complex", "input 'x' is a tensor of complex64"),
+        ("sequence", "output 'z' is a sequence (such as a classifier's ZipMap output)"),
+    ],
+)
+def test_inputs_and_outputs_that_are_no_numeric_tensors_are_refused(
+    tmp_path: Path, home: Path, kind: str, expected: str
+) -> None:
+    """A string input (TVM's importer said "unknown dtype `object`", and the ONNX Runtime job was an `infra`
+    failure charged to the board), a complex one, a sequence output: refused at intake, naming it."""
+    from onnx import TensorProto, helper
+
+    tensor = helper.make_tensor_value_info
+    model = {
+        "strings": lambda: _io_model([tensor("s", TensorProto.STRING, [2])], [tensor("t", TensorProto.STRING, [2])],
+                                     [helper.make_node("Identity", ["s"], ["t"])]),
+        "complex": lambda: _io_model([tensor("x", TensorProto.COMPLEX64, [2])],
+                                     [tensor("y", TensorProto.COMPLEX64, [2])],
+                                     [helper.make_node("Identity", ["x"], ["y"])]),
+        "sequence": lambda: _io_model(
+            [tensor("x", TensorProto.FLOAT, [2])],
+            [tensor("y", TensorProto.FLOAT, [2]), helper.make_tensor_sequence_value_info("z", TensorProto.FLOAT, None)],
+            [helper.make_node("Identity", ["x"], ["y"]), helper.make_node("SequenceConstruct", ["x"], ["z"])],
+        ),
+    }[kind]()  # fmt: skip
+    onnx.save(model, tmp_path / "m.onnx")
+    result = invoke("sweep", "plan", str(write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n')))
+    line = one_error_line(result)
+    assert result.exit_code == 2 and expected in line and "numeric tensors" in line, result.output
+
+
+def test_an_operator_onnx_runtime_lacks_is_not_blamed_on_the_inputs() -> None:
+    """A custom-domain operator: ONNX Runtime has no kernel, so no input_ranges hint (it cannot help)."""
+    from onnx import TensorProto, helper
+
+    from workers.reference import reference_problem
+
+    tensor = helper.make_tensor_value_info
+    model = helper.make_model(
+        helper.make_graph([helper.make_node("Frobnicate", ["x"], ["y"], domain="com.example")], "g",
+                          [tensor("x", TensorProto.FLOAT, [1, 4])], [tensor("y", TensorProto.FLOAT, [1, 4])]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
+    )  # fmt: skip
+    model.ir_version = 8
+    inputs = {"x": np.ones((1, 4), np.float32)}
+    with pytest.raises(Exception) as raised:
+        reference_outputs(model.SerializeToString(), inputs)
+    line = reference_problem("custom", inputs, raised.value, "seeded")
+    assert "Frobnicate" in line and "no kernel for an operator" in line and "input_ranges" not in line, line
+
+
 # --- more of the same kind ------------------------------------------------------------------------------
 
 

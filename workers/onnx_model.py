@@ -1,9 +1,10 @@
 """Load and inspect ONNX models: resolve bundled names, read the input signature, make seeded inputs.
 
 Models come from users, so ``load_model`` is also the intake gate: a file that is not ONNX, comes from
-a future opset, names operators ONNX does not define, declares tensors too large to allocate, or keeps
-weights in external files (which could point anywhere: ``../../etc/passwd``, a symlink) is refused here
-with one line naming the file and the fix. Nothing outside the model's own file is ever opened.
+a future opset, names operators ONNX does not define, declares tensors too large to allocate, has inputs
+or outputs that are no numeric tensors (strings, a classifier's ZipMap), or keeps weights in external
+files (which could point anywhere: ``../../etc/passwd``, a symlink) is refused here with one line naming
+the file and the fix. Nothing outside the model's own file is ever opened.
 """
 
 from __future__ import annotations
@@ -150,6 +151,15 @@ def check_intake(proto: onnx.ModelProto, path: Path) -> None:
                 if attr.type == onnx.AttributeProto.GRAPH:
                     graphs.append(attr.g)
                 graphs.extend(attr.graphs)
+    initializers = {init.name for init in proto.graph.initializer}
+    for kind, values in (("input", proto.graph.input), ("output", proto.graph.output)):
+        for value in values:
+            if value.name not in initializers and (problem := _not_a_numeric_tensor(value)):
+                raise ModelError(
+                    f"{path}: {kind} {value.name!r} is {problem}; tvmbench builds and times models whose inputs "
+                    "and outputs are numeric tensors: re-export it without that "
+                    + ("input" if kind == "input" else "output (skl2onnx: options={'zipmap': False})")
+                )
     for value in proto.graph.input:
         ttype = value.type.tensor_type
         dims = [d.dim_value for d in ttype.shape.dim if d.HasField("dim_value")]
@@ -159,6 +169,29 @@ def check_intake(proto: onnx.ModelProto, path: Path) -> None:
                 f"{path}: input {value.name!r} declares {size / 2**30:.1f} GiB (dims {dims}), over the "
                 f"{MAX_TENSOR_BYTES >> 30} GiB limit; use a smaller input shape"
             )
+
+
+def _not_a_numeric_tensor(value: onnx.ValueInfoProto) -> str | None:
+    """What a graph input or output is instead of a numeric tensor (None when it is one, or untyped)."""
+    kind = value.type.WhichOneof("value")
+    if kind is None:
+        return None  # no type given: the importer infers it
+    if kind != "tensor_type":
+        return {"sequence_type": "a sequence", "map_type": "a map", "optional_type": "an optional"}.get(
+            kind, f"a {kind.removesuffix('_type')}"
+        ) + (" (such as a classifier's ZipMap output)" if kind == "sequence_type" else "")
+    elem = value.type.tensor_type.elem_type
+    if not elem:
+        return None
+    try:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
+    except Exception:  # an element type numpy has no dtype for
+        return f"a tensor of {onnx.TensorProto.DataType.Name(elem).lower()}"
+    if dtype == np.dtype(object):
+        return "a tensor of strings"
+    if np.issubdtype(dtype, np.complexfloating):
+        return f"a tensor of {dtype.name}"
+    return None
 
 
 DEFAULT_INT_RANGE = (0, 9)  # integers drawn when nothing says otherwise (inclusive)

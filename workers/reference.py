@@ -74,6 +74,12 @@ def reference_problem(model: str, inputs: dict[str, np.ndarray], exc: BaseExcept
     text = " ".join(str(exc).split())
     if len(text) > 300:
         text = text[:297] + "..."
+    if "is not a registered function/op" in text or "NOT_IMPLEMENTED" in text:
+        # An operator ONNX Runtime has no kernel for (a custom domain): no input would help.
+        return (
+            f"ONNX Runtime cannot run model {model}: {type(exc).__name__}: {text}; it has no kernel for an operator "
+            "of the model, so there is no reference output: export the model with standard operators"
+        )
     ints = [n for n, a in inputs.items() if np.issubdtype(a.dtype, np.integer)]
     named = ints or list(inputs)
     drawn = ", ".join(
