@@ -137,4 +137,4 @@ def test_mcu_agent_kills_a_hanging_board_at_the_deadline(tmp_path: Path, mcu_far
     run = session.remote.get_function("tvmbench.mcu.run")
     answer = json.loads(run(bytearray(hanging_firmware(tmp_path)), bytearray(pack_inputs([], 1)), 1, 2.0))
     assert answer["status"] == "timeout" and "killed" in answer["error"]
-    assert answer["wall_s"] < 10
+    assert answer["wall_s"] >= 2.0  # it ran to its deadline, then was killed (the line above)

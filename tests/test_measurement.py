@@ -130,8 +130,9 @@ def test_unreachable_target_stops_by_max_s(
     run = _runs(store, spec)[("tiny_cnn", "host")]
     assert run["stop_reason"] == STOP_MAX_S, run["sampling"]
     assert run["ci_rel"] > 0.0001
-    # Batches are cut to the time left: the run ends near its cap, not a whole batch past it.
-    assert 1.0 <= run["sampling"]["elapsed_s"] <= 1.5 + 1.0, run["sampling"]
+    # It sampled up to its cap (how near the cap it stops, batches cut to the time left, is a rule of the
+    # sampler tested with a fake clock in test_sampling.py: on a busy machine a real batch may run long).
+    assert run["sampling"]["elapsed_s"] >= 1.0, run["sampling"]
     assert len(run["samples"]) > 5
 
 
