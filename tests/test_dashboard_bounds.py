@@ -47,6 +47,15 @@ def test_compare_with_an_unknown_or_ambiguous_sweep_is_404(base: str) -> None:
     assert status == 404 and f"ambiguous, 2 start with it: {A}, {B}" in json.loads(body)["error"]
     status, _, body = get(f"{base}/api/compare?a={A}&b={B}&threshold=lots")
     assert status == 400 and "?threshold='lots' is not a number" in json.loads(body)["error"]
+    # Out of the range `results compare` accepts: refused as the CLI refuses them, not answered.
+    for query, said in (("threshold=nan", "?threshold=nan: must be finite and at least 0"),
+                        ("threshold=-1", "?threshold=-1: must be finite and at least 0"),
+                        ("threshold=inf", "?threshold=inf: must be finite and at least 0"),
+                        ("alpha=7", "?alpha=7: must be above 0 and below 1"),
+                        ("alpha=0", "?alpha=0: must be above 0 and below 1")):  # fmt: skip
+        status, _, body = get(f"{base}/api/compare?a={A}&b={B}&{query}")
+        assert status == 400 and said in json.loads(body)["error"], (query, status, body)
+    assert get(f"{base}/api/compare?a={A}&b={B}&threshold=0.1&alpha=0.01")[0] == 200
     assert get(f"{base}/compare?a={A}&b={B}")[0] == 200
     assert get(f"{base}/compare")[0] == 200, "the form with nothing chosen yet"
 

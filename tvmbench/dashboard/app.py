@@ -220,7 +220,8 @@ def create_app(
         status = 200
         if a and b:
             try:
-                threshold, alpha = (_number(params, name) for name in ("threshold", "alpha"))
+                threshold = _number(params, "threshold", low=0.0)
+                alpha = _number(params, "alpha", low=0.0, high=1.0)
                 data = views.compare(store, a, b, threshold=threshold, alpha=alpha)
             except q.QueryError as exc:  # an unknown or ambiguous sweep, like /sweep/{ref}
                 error, status = str(exc), 404
@@ -275,13 +276,19 @@ def create_app(
     return Starlette(routes=routes, middleware=middleware)
 
 
-def _number(params: Any, name: str, default: float = 0.05) -> float:
-    """The query parameter ``name`` as a float (``default`` when absent); ValueError naming it otherwise."""
+def _number(params: Any, name: str, default: float = 0.05, *, low: float, high: float | None = None) -> float:
+    """The query parameter ``name`` as a float (``default`` when absent) in the CLI option's range: at least
+    ``low`` (above it, with a ``high``: alpha), below ``high``; ValueError naming it otherwise (nan, inf)."""
     raw = params.get(name)
     try:
-        return float(raw) if raw else default
+        value = float(raw) if raw else default
     except ValueError:
         raise ValueError(f"?{name}={raw!r} is not a number: give e.g. {name}=0.05") from None
+    above = value > low if high is not None else value >= low
+    if not (above and value < (high if high is not None else float("inf"))):
+        bounds = f"above {low:g} and below {high:g}" if high is not None else f"finite and at least {low:g}"
+        raise ValueError(f"?{name}={raw}: must be {bounds}, e.g. {name}=0.05")
+    return value
 
 
 #: Keys of `results show --json` that the job page shows in their own section; any other key (what
