@@ -74,3 +74,16 @@ def test_an_overlong_filter_is_refused_not_echoed(base: str) -> None:
     many = ",".join(f"{i:012x}" for i in range(1000))  # the live pages' poll names every sweep it shows
     status, _, body = get(f"{base}/api/sweeps?watch={many}")
     assert status == 200 and json.loads(body) == []
+
+
+def test_an_unknown_history_method_is_a_bad_request(base: str) -> None:
+    status, _, body = get(f"{base}/api/sweep/{A}")
+    key = json.loads(body)["results"][0]["job_key"]
+    for path in (
+        f"/api/history/{key}?method=bogus",
+        f"/history/{key}?method=bogus",
+        f"/history/{key}/plot.png?method=x",
+    ):
+        status, _, body = get(base + path)
+        assert status == 400 and "choose from mad, zscore" in body, (path, status, body[:300])
+    assert get(f"{base}/api/history/{key}?method=mad")[0] == 200

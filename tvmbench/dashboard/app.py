@@ -235,6 +235,8 @@ def create_app(
 
     def history_page(request: Request) -> Response:
         method = request.query_params.get("method") or "zscore"
+        if method not in regressions.METHODS:  # a bad parameter (400), not a missing page
+            return not_found(request, f"?method={method!r}: choose from {', '.join(sorted(regressions.METHODS))}", 400)
         try:
             data = views.history(store, request.path_params["key"], method)
         except q.QueryError as exc:
@@ -243,6 +245,8 @@ def create_app(
 
     def history_plot(request: Request) -> Response:
         method = request.query_params.get("method") or "zscore"
+        if method not in regressions.METHODS:
+            return not_found(request, f"?method={method!r}: choose from {', '.join(sorted(regressions.METHODS))}", 400)
         try:
             data = views.history(store, request.path_params["key"], method)
         except q.QueryError as exc:
