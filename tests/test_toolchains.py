@@ -110,12 +110,12 @@ def test_a_build_in_026_runs_in_the_026_runtime_and_matches_onnxruntime(
     ("args", "culprit"),
     [
         (["add", "0.99.0"], "TVM release 0.99.0 is not on the package index"),
-        (["add", "0.25.0"], "TVM release 0.25.0 is on the package index but has no apache-tvm-ffi pin"),
+        (["add", "0.25.0"], "TVM release 0.25.0 is not a version tvmbench pins: write 0.25.0.post1"),
         (["add", "/nonexistent/apache_tvm-0.26.0-cp39-abi3-linux_x86_64.whl"], "does not exist"),
         (["add", "--python", "/nonexistent/bin/python"], "interpreter /nonexistent/bin/python does not exist"),
         (["add", "not a release"], "'not a release' is neither a TVM release"),
         (["add"], "give one SPEC"),
-        (["remove", "0.99.0"], "no toolchain 0.99.0"),
+        (["remove", "0.99.0"], "no toolchain '0.99.0'"),
         (["remove", "installed"], "the installed toolchain"),
     ],
 )
@@ -189,7 +189,7 @@ def test_remove_deletes_an_added_toolchain(broken_copy: Toolchain) -> None:
     assert "no toolchain" in one_error_line(invoke("remove", broken_copy.name))
 
 
-def test_release_checks_without_provisioning() -> None:
+def test_release_checks_without_provisioning(monkeypatch) -> None:
     assert provision.check_release("0.27.0.post1").ffi == "0.1.14.post1"
     assert provision.check_release("0.25.0.post1").ffi == "0.1.12"
     with pytest.raises(ToolchainError, match="not on the package index"):
@@ -200,6 +200,10 @@ def test_release_checks_without_provisioning() -> None:
             ToolchainError, match=r"TVM release 0\.27(\.0)? is not a version tvmbench pins: write 0\.27\.0\.post1"
         ):
             provision.check_release(short)
+    # A release on the index that nobody pinned yet (none is today: each is a prefix of a pinned one).
+    monkeypatch.setattr(provision, "index_versions", lambda: ["0.28.0", "0.27.0.post1"])
+    with pytest.raises(ToolchainError, match="0.28.0 is on the package index but has no apache-tvm-ffi pin"):
+        provision.check_release("0.28.0")
 
 
 def test_a_childs_telling_line_from_tvms_multiline_errors_and_segfaults() -> None:

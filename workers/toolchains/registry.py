@@ -76,7 +76,7 @@ def remove(spec: Any) -> Toolchain:
     toolchain = find(spec)
     if toolchain is None:
         shown = spec["python"] if isinstance(spec, dict) else spec
-        raise ToolchainError(f"no toolchain {shown}: `tvmbench toolchains list` shows the toolchains added here")
+        raise ToolchainError(f"no toolchain {shown!r}: `tvmbench toolchains list` shows the toolchains added here")
     if toolchain.kind == INSTALLED:
         raise ToolchainError(
             "the installed toolchain is the TVM tvmbench itself runs on and cannot be removed: remove an added one"
