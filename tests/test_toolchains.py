@@ -202,7 +202,7 @@ def test_release_checks_without_provisioning(monkeypatch) -> None:
             provision.check_release(short)
     # A release on the index that nobody pinned yet (none is today: each is a prefix of a pinned one).
     monkeypatch.setattr(provision, "index_versions", lambda: ["0.28.0", "0.27.0.post1"])
-    with pytest.raises(ToolchainError, match="0.28.0 is on the package index but has no apache-tvm-ffi pin"):
+    with pytest.raises(ToolchainError, match=r"0\.28\.0 is on the package index but has no apache-tvm-ffi pin"):
         provision.check_release("0.28.0")
 
 
