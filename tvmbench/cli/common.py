@@ -14,13 +14,15 @@ from rich.console import Console
 from rich.text import Text
 
 from db.urls import redact
-from tvmbench.answers import table
+from tvmbench.cli.lazy import lazy
 
 # The library (SQLAlchemy, numpy, onnx, TVM, Ray) loads inside the commands that use it: `tvmbench --help`
 # and a query of the results stay fast (benchmarks/startup.py; tests/test_cli_startup.py).
 if TYPE_CHECKING:
     from db.store import ResultStore
     from orchestrator.spec import SweepSpec
+
+table = lazy("tvmbench.answers.table")  # the tables' options, set by every command that prints one
 
 T = TypeVar("T")
 

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from orchestrator import farm
-from tvmbench.answers import columns, report
 from tvmbench.cli.common import (
     INVALID,
     MAX_BOARDS,
@@ -31,6 +30,10 @@ from tvmbench.cli.common import (
 
 if TYPE_CHECKING:
     from workers.toolchains.toolchain import Toolchain
+from tvmbench.cli.lazy import lazy
+
+columns = lazy("tvmbench.answers.columns")
+report = lazy("tvmbench.answers.report")
 
 app = typer.Typer(no_args_is_help=True, help="The device farm: a TVM RPC tracker and its boards.")
 

@@ -10,8 +10,6 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from tvmbench.answers import analysis_views, columns, report
-from tvmbench.answers import tuning as tuning_answers
 from tvmbench.cli.common import (
     ColumnsOpt,
     DbOpt,
@@ -26,6 +24,12 @@ from tvmbench.cli.common import (
     print_json,
     tables,
 )
+from tvmbench.cli.lazy import lazy
+
+analysis_views = lazy("tvmbench.answers.analysis_views")
+columns = lazy("tvmbench.answers.columns")
+report = lazy("tvmbench.answers.report")
+tuning_answers = lazy("tvmbench.answers.tuning")
 
 app = typer.Typer(no_args_is_help=True, help="Query the results database.")
 

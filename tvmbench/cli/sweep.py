@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from db.urls import as_url, password_in, shown_url
-from tvmbench.answers import columns, report
-from tvmbench.answers.table import short_id
 from tvmbench.cli.common import (
     MAX_BOARDS,
     NOT_FOUND,
@@ -33,10 +31,14 @@ from tvmbench.cli.common import (
     print_json,
     tables,
 )
-from tvmbench.cli.progress import progress_bar
 
 if TYPE_CHECKING:  # the orchestrator (Ray, TVM, onnx) loads inside the commands that run it
     from orchestrator.spec import SweepSpec
+from tvmbench.cli.lazy import lazy
+
+columns = lazy("tvmbench.answers.columns")
+report = lazy("tvmbench.answers.report")
+table = lazy("tvmbench.answers.table")
 
 app = typer.Typer(no_args_is_help=True, help="Plan and run sweeps.")
 
@@ -182,11 +184,12 @@ def _execute(
 ) -> None:
     from orchestrator import interrupts, scheduler
     from tvmbench.answers import query
+    from tvmbench.cli.progress import progress_bar
 
     store = open_store(db)
     try:
         with progress_bar(err) as bar, failures_as_lines():
-            task = bar.add_task(f"sweep {short_id(spec.sweep_id)}", total=None, detail="starting")
+            task = bar.add_task(f"sweep {table.short_id(spec.sweep_id)}", total=None, detail="starting")
 
             def on_progress(_event: str, c: dict[str, int]) -> None:
                 done = c.get("ok", 0) + c.get("failed", 0) + c.get("waiting", 0)

@@ -6,8 +6,11 @@ import json
 
 import typer
 
-from tvmbench.answers import columns, report
 from tvmbench.cli.common import ColumnsOpt, JsonOpt, TsvOpt, WideOpt, console, print_json, tables
+from tvmbench.cli.lazy import lazy
+
+columns = lazy("tvmbench.answers.columns")
+report = lazy("tvmbench.answers.report")
 
 app = typer.Typer(no_args_is_help=True, help="Target presets.")
 

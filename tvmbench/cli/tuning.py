@@ -11,7 +11,6 @@ from typing import Annotated
 
 import typer
 
-from tvmbench.answers import columns, report
 from tvmbench.cli.common import (
     ColumnsOpt,
     DbOpt,
@@ -25,6 +24,10 @@ from tvmbench.cli.common import (
     print_json,
     tables,
 )
+from tvmbench.cli.lazy import lazy
+
+columns = lazy("tvmbench.answers.columns")
+report = lazy("tvmbench.answers.report")
 
 app = typer.Typer(no_args_is_help=True, help="MetaSchedule tuning records: list, export and import JSON databases.")
 
