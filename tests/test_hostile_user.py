@@ -368,6 +368,43 @@ def test_zero_sized_input_is_named_as_such(tmp_path: Path, home: Path) -> None:
     assert result.exit_code == 2 and "zero-size dimension" in one_error_line(result), result.output
 
 
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ('name = ""\n[[models]]\npath = "m.onnx"\n', "name = '' is blank"),
+        ('name = "' + "n" * 101 + '"\n[[models]]\npath = "m.onnx"\n', "name is 101 characters long; at most 100"),
+        ('label = "' + "l" * 500 + '"\n[[models]]\npath = "m.onnx"\n', "label is 500 characters long"),
+        ('[[models]]\npath = "m.onnx"\nname = "  "\n', "models[0].name = '  ' is blank"),
+        ('[[models]]\npath = "m.onnx"\n[[targets]]\nname = ""\ntarget = { kind = "llvm" }\narch = "x86_64"\n',
+         "targets[0].name = '' is blank"),
+        ('[[models]]\npath = "m.onnx"\n[[targets]]\nname = "t"\ntarget = { kind = "llvm" }\nboard_key = ""\n'
+         'arch = "x86_64"\n', "targets[0].board_key = '' cannot be a tracker key"),
+        ('[[models]]\npath = "m.onnx"\n[[targets]]\npreset = "host"\nboard_key = "rack:3"\n',
+         "targets[0].board_key = 'rack:3' cannot be a tracker key"),
+        ('[[models]]\npath = "m.onnx"\n[[targets]]\nname = "my board"\ntarget = { kind = "llvm" }\n'
+         'arch = "x86_64"\n', "targets[0].board_key = 'my board' cannot be a tracker key"),
+    ],
+)  # fmt: skip
+def test_names_and_board_keys_people_cannot_use_are_refused(
+    tmp_path: Path, home: Path, entry: str, expected: str
+) -> None:
+    """A blank name listed as nothing, a 5,000-character one heading every table, a board key with ':' or a
+    space (TVM matches keys up to ':'): refused when the sweep file is read, naming the key."""
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    result = invoke("sweep", "plan", str(write_sweep(tmp_path, entry)))
+    assert result.exit_code == 2 and expected in one_error_line(result), result.output
+
+
+def test_a_long_label_on_the_command_line_and_a_bad_farm_key_are_refused(tmp_path: Path, home: Path) -> None:
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    path = str(write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n'))
+    result = invoke("sweep", "plan", path, "--label", "x" * 300)
+    assert result.exit_code == 2 and "--label is 300 characters long" in one_error_line(result)
+    assert invoke("sweep", "plan", path, "--label", "nightly").exit_code == 0
+    added = invoke("farm", "add", "--key", "a:b")
+    assert added.exit_code == 2 and "--key = 'a:b' cannot be a tracker key" in one_error_line(added)
+
+
 def _io_model(inputs: list, outputs: list, nodes: list) -> onnx.ModelProto:
     from onnx import helper
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Callable
 from typing import Any
+
+MAX_NAME = 100  # characters of a name or label: each heads table rows, page titles and plot legends
+# A tracker key: TVM matches a board's key up to a ':', and the farm names files and releases after it.
+BOARD_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 
 
 class SpecError(ValueError):
@@ -34,6 +39,25 @@ def axis(where: str, value: Any, check: Callable[[Any], bool], hint: str) -> tup
         if isinstance(v, bool) or not check(v):
             raise SpecError(f"{where}: {v!r} is not valid; use {hint}")
     return tuple(dict.fromkeys(values))  # drop duplicates, keep the order the user wrote
+
+
+def checked_name(where: str, value: str, *, may_be_empty: bool = False) -> str:
+    """``value`` unless it is blank (where a name is needed) or longer than MAX_NAME characters."""
+    if not value.strip() and not (may_be_empty and value == ""):
+        raise SpecError(f"{where} = {value!r} is blank: give a name people will read in the results")
+    if len(value) > MAX_NAME:
+        raise SpecError(f"{where} is {len(value)} characters long; at most {MAX_NAME} (it heads tables and pages)")
+    return value
+
+
+def checked_board_key(where: str, value: str) -> str:
+    """``value`` if it can be a tracker key: letters, digits and . _ + - (no ':' or spaces), at most 64."""
+    if not BOARD_KEY.fullmatch(value):
+        raise SpecError(
+            f"{where} = {value!r} cannot be a tracker key: use letters, digits and . _ + - (at most 64, no ':' or "
+            'spaces), e.g. board_key = "rpi4"'
+        )
+    return value
 
 
 def no_control_characters(where: str, value: Any) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.spec.checks import SpecError, typed, unknown_keys
+from orchestrator.spec.checks import SpecError, checked_name, typed, unknown_keys
 from tvmbench.core.records import ModelRef
 from workers.onnx_model import (
     DEFAULT_INT_RANGE,
@@ -74,7 +74,7 @@ def parse_model(where: str, table: Any, base: Path) -> tuple[ModelRef, Path, Pat
                 f"{MAX_TENSOR_BYTES >> 30} GiB limit; give a smaller shape"
             )
         inputs.append((name, tuple(shape), dtype))
-    name = typed(f"{where}.name", table.get("name", path.stem), str, "a string")
+    name = checked_name(f"{where}.name", typed(f"{where}.name", table.get("name", path.stem), str, "a string"))
     ranges = input_ranges(where, table.get("input_ranges", {}), tuple(inputs), loaded, path)
     inputs_file = None
     if "inputs_file" in table:

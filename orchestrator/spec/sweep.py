@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.spec.checks import SpecError, axis, no_control_characters, typed, unknown_keys
+from orchestrator.spec.checks import SpecError, axis, checked_name, no_control_characters, typed, unknown_keys
 from orchestrator.spec.measure import parse_measure
 from orchestrator.spec.models import parse_model
 from orchestrator.spec.targets import check_mcu_pairing, check_tunable, parse_target
@@ -136,8 +136,8 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
         raise SpecError(f"{source_path}: arrays or tables nested too deeply to read; flatten them") from None
     unknown_keys("sweep file", data, _TOP_KEYS)
     no_control_characters("", data)
-    name = typed("name", data.get("name", Path(source_path).stem), str, "a string")
-    label = typed("label", data.get("label", ""), str, "a string")
+    name = checked_name("name", typed("name", data.get("name", Path(source_path).stem), str, "a string"))
+    label = checked_name("label", typed("label", data.get("label", ""), str, "a string"), may_be_empty=True)
 
     raw_models = data.get("models")
     if not isinstance(raw_models, list) or not raw_models:
@@ -306,5 +306,6 @@ def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:
     spec = parse_spec(text, base=path.resolve().parent, source_path=str(path.resolve()))
     if label is not None:
         no_control_characters("--label", label)
+        checked_name("--label", label, may_be_empty=True)
         spec = SweepSpec(**{**spec.__dict__, "label": label})
     return spec

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.spec.checks import SpecError, typed, unknown_keys
+from orchestrator.spec.checks import SpecError, checked_board_key, checked_name, typed, unknown_keys
 from tvmbench.core.records import TargetSpec
 from workers.aot.boards import BOARDS, is_mcu_target
 from workers.executors import registry
@@ -14,6 +14,14 @@ _TARGET_KEYS = {"preset", "name", "target", "board_key", "arch", "cross_compiler
 
 
 def parse_target(where: str, table: Any) -> TargetSpec:
+    """One [[targets]] table as a TargetSpec: its name and board key checked, whichever way it was given."""
+    target = _target(where, table)
+    checked_name(f"{where}.name", target.name)
+    checked_board_key(f"{where}.board_key", target.board_key)
+    return target
+
+
+def _target(where: str, table: Any) -> TargetSpec:
     if not isinstance(table, dict):
         raise SpecError(f'{where}: expected a table like {{ preset = "host" }}')
     unknown_keys(where, table, _TARGET_KEYS)
