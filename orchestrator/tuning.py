@@ -139,19 +139,47 @@ def stored_records_count(database: dict[str, str], job: Job, mods: list[Any]) ->
     return counts
 
 
-def plan_tuning(job: Job, model_data: bytes, database: dict[str, str], profile: dict[str, Any] | None) -> dict:
+def _tasks_key(job: Job, database: dict[str, str]) -> tuple:
+    """What a tuned job's tasks and their stored trials depend on: not its budget, not its VM mode (a sweep of
+    many budgets extracts each program's tasks once)."""
+    return (
+        job.model.sha256, repr(job.model.shape_dict), job.layout, job.pipeline, job.opt_level, job.toolchain,
+        repr(job.target.tvm_target), job.target.board_key, repr(job.tuning_settings), repr(sorted(database.items())),
+    )  # fmt: skip
+
+
+def plan_tuning(
+    job: Job, model_data: bytes, database: dict[str, str], profile: dict[str, Any] | None, cache: dict | None = None
+) -> dict:
     """What `sweep plan` shows for a tuned job: its tasks, their trials, and what records already cover.
 
     Converts the layout (the layout axis) and runs the job's front pipeline (legalize + fuse) to extract
-    the tasks, exactly as the build will.
+    the tasks, exactly as the build will. ``cache`` (one per plan): tasks and stored trials of the programs
+    planned already, by ``_tasks_key``.
     """
+    from workers.tuning.tasks import allocate, profile_shares
+
+    settings = job.tuning_settings
+    key = _tasks_key(job, database)
+    if cache is None or key not in cache:
+        infos, stored = _extract_tasks(job, model_data, database)
+        if cache is None:
+            cache = {}
+        cache[key] = (infos, stored)
+    infos, stored = cache[key]
+    alloc, basis = allocate(infos, job.tuning, settings.max_trials_per_task, profile_shares(profile))
+    return _tuning_plan(job, infos, alloc, basis, stored, database)
+
+
+def _extract_tasks(job: Job, model_data: bytes, database: dict[str, str]) -> tuple[list[Any], list[int]]:
+    """The job's tasks (front pipeline, then MetaSchedule's extraction) and the trials stored for each."""
     import onnx
     import tvm
     from tvm.relax.frontend.onnx import from_onnx
 
     from workers.layouts import for_job as convert_layout
     from workers.tuning.stage import tuning_target
-    from workers.tuning.tasks import allocate, extract, profile_shares, split_pipeline
+    from workers.tuning.tasks import extract, split_pipeline
 
     settings = job.tuning_settings
     target = tuning_target(job.target.tvm_target, settings)
@@ -160,13 +188,16 @@ def plan_tuning(job: Job, model_data: bytes, database: dict[str, str], profile: 
     with tvm.transform.PassContext(opt_level=job.opt_level), target:
         fused = front(convert_layout(job, mod)[0])
     extracted, infos = extract(fused, target, settings.module_equality)
-    alloc, basis = allocate(infos, job.tuning, settings.max_trials_per_task, profile_shares(profile))
-    stored = stored_records_count(database, job, [e.dispatched[0] for e in extracted])
-    return _tuning_plan(job, infos, alloc, basis, stored, database)
+    return infos, stored_records_count(database, job, [e.dispatched[0] for e in extracted])
 
 
 def plan_tuning_in_toolchain(
-    toolchain: Any, job: Job, model_data: bytes, database: dict[str, str], profile: dict[str, Any] | None
+    toolchain: Any,
+    job: Job,
+    model_data: bytes,
+    database: dict[str, str],
+    profile: dict[str, Any] | None,
+    cache: dict | None = None,
 ) -> dict:
     """``plan_tuning`` of a job of another release: its toolchain's child extracts the tasks and hashes them
     (the installed TVM hashes the same PrimFuncs differently: 0.26.0's conv task is 16415173567576005391
@@ -175,18 +206,24 @@ def plan_tuning_in_toolchain(
     from workers.toolchains.build import tasks_in_toolchain
     from workers.tuning.tasks import TaskInfo, allocate, profile_shares
 
-    found = tasks_in_toolchain(toolchain, job, model_data)
-    infos = [TaskInfo(t["name"], t["weight"], t["flops"], i) for i, t in enumerate(found["tasks"])]
+    key = _tasks_key(job, database)
+    if cache is None or key not in cache:
+        found = tasks_in_toolchain(toolchain, job, model_data)
+        infos = [TaskInfo(t["name"], t["weight"], t["flops"], i) for i, t in enumerate(found["tasks"])]
+        stored = [0 for _ in infos]
+        if database.get("kind") == "sql":
+            store = ResultStore(database["url"], never_write=True)
+            try:
+                hashes = [t["hash"] for t in found["tasks"]]
+                coverage = store.tuning_coverage(TuningScope(**found["scope"]), hashes)
+                stored = [coverage[h]["trials"] for h in hashes]
+            finally:
+                store.close()
+        if cache is None:
+            cache = {}
+        cache[key] = (infos, stored)
+    infos, stored = cache[key]
     alloc, basis = allocate(infos, job.tuning, job.tuning_settings.max_trials_per_task, profile_shares(profile))
-    stored = [0 for _ in infos]
-    if database.get("kind") == "sql":
-        store = ResultStore(database["url"], never_write=True)
-        try:
-            hashes = [t["hash"] for t in found["tasks"]]
-            coverage = store.tuning_coverage(TuningScope(**found["scope"]), hashes)
-            stored = [coverage[h]["trials"] for h in hashes]
-        finally:
-            store.close()
     return _tuning_plan(job, infos, alloc, basis, stored, database)
 
 

@@ -190,5 +190,26 @@ def test_plan_shows_tasks_and_trials(tmp_path: Path, home: Path) -> None:
     assert "24 to run, 0 covered by stored records" in text.output, text.output
 
 
+def test_plan_extracts_each_programs_tasks_once(tmp_path: Path, home: Path, monkeypatch) -> None:
+    """Six budgets x two VM modes of one program: one extraction (800 tuned jobs took 63 s to plan when each
+    extracted its own tasks and opened the records database), and each budget still gets its own split."""
+    import json
+
+    from orchestrator import tuning
+
+    calls: list[str] = []
+    real = tuning._extract_tasks
+    monkeypatch.setattr(tuning, "_extract_tasks", lambda job, *a: calls.append(job.key) or real(job, *a))
+    model = tmp_path / "net.onnx"
+    onnx.save(model_zoo.small_convnet(size=16, channels=4), model)
+    axes = '[axes]\nexecutor = ["vm-bytecode", "vm-compiled"]\ntuning = [8, 16, 24, 32, 40, 48]\n'
+    result = CliRunner().invoke(app, ["sweep", "plan", str(write_sweep(tmp_path, BASE.format(model=model) + axes)),
+                                      "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    plans = [j["tuning_plan"] for j in json.loads(result.output)["jobs"]]
+    assert len(plans) == 12 and len(calls) == 1, calls
+    assert sorted(sum(t["trials"] for t in p["tasks"]) for p in plans) == sorted([8, 16, 24, 32, 40, 48] * 2)
+
+
 def test_job_default_is_untuned() -> None:
     assert Job.__dataclass_fields__["tuning"].default == 0

@@ -89,9 +89,10 @@ def sweep_plan(
     rows = plan.plan_rows(spec, store, needs)
     default = _default_target_note(spec)
     jobs = {job.key: job for job in plan.plan_jobs(spec)}
+    tasks_of: dict = {}  # one extraction per program, however many budgets and VM modes tune it
     for row in rows:
         if row.get("tuning") and not row["built"]:
-            row["tuning_plan"] = _tuning_plan(store, spec, jobs[row["job_key"]], list(jobs.values()))
+            row["tuning_plan"] = _tuning_plan(store, spec, jobs[row["job_key"]], list(jobs.values()), tasks_of)
     if as_json:
         extra = {"toolchains": [n.row() for n in needs]} if spec.toolchains else {}
         print_json({"sweep_id": spec.sweep_id, "jobs": rows, **extra, **({"note": default} if default else {})})
@@ -140,17 +141,17 @@ def _default_target_note(spec: SweepSpec) -> str | None:
     )
 
 
-def _tuning_plan(store, spec: SweepSpec, job, jobs: list) -> dict:
+def _tuning_plan(store, spec: SweepSpec, job, jobs: list, tasks_of: dict) -> dict:
     """Tasks, trials and stored coverage of one tuned job (the front pipeline runs here: seconds); an auto
     job's until = "onnxruntime" baseline too."""
     from orchestrator.tuning import plan_baseline
 
-    plan = _tuning_tasks(store, spec, job)
+    plan = _tuning_tasks(store, spec, job, tasks_of)
     baseline = plan_baseline(store, jobs, job, spec.sweep_id)
     return {**plan, "budget": "auto", "baseline": baseline} if job.tuning_auto else plan
 
 
-def _tuning_tasks(store, spec: SweepSpec, job) -> dict:
+def _tuning_tasks(store, spec: SweepSpec, job, tasks_of: dict) -> dict:
     from orchestrator import toolchains
     from orchestrator.tuning import plan_tuning, plan_tuning_in_toolchain, records_database, untuned_profile
     from workers.build_common import tvm_versions
@@ -159,12 +160,24 @@ def _tuning_tasks(store, spec: SweepSpec, job) -> dict:
         model = spec.model_paths[job.model.sha256].read_bytes()
         database = records_database(store, home(), job, tvm_versions()[0])
         foreign = None if job.toolchain is None else toolchains.need(job.toolchain)
-        if foreign is not None and foreign.toolchain is not None and foreign.toolchain.kind != "installed":
-            # Only its own release hashes its tasks as its records are keyed: its child extracts them.
-            return plan_tuning_in_toolchain(foreign.toolchain, job, model, database, untuned_profile(store, job))
         if foreign is not None and foreign.toolchain is None:
             return {"budget": job.tuning, "error": f"toolchain {foreign.text} is not added yet", "tasks": []}
-        return plan_tuning(job, model, database, untuned_profile(store, job))
+        # The stored untuned profile is the same for every budget of a program: asked once per plan.
+        profile_key = (
+            "profile",
+            job.model.sha256,
+            repr(job.model.inputs),
+            job.target.board_key,
+            job.pipeline,
+            job.layout,
+        )
+        if profile_key not in tasks_of:
+            tasks_of[profile_key] = untuned_profile(store, job)
+        profile = tasks_of[profile_key]
+        if foreign is not None and foreign.toolchain.kind != "installed":
+            # Only its own release hashes its tasks as its records are keyed: its child extracts them.
+            return plan_tuning_in_toolchain(foreign.toolchain, job, model, database, profile, tasks_of)
+        return plan_tuning(job, model, database, profile, tasks_of)
     except Exception as exc:  # the build would fail the same way; the plan says so instead of dying
         from tvmbench.core.errors import one_line
 
