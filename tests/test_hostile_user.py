@@ -395,6 +395,19 @@ def test_names_and_board_keys_people_cannot_use_are_refused(
     assert result.exit_code == 2 and expected in one_error_line(result), result.output
 
 
+@pytest.mark.parametrize("boards", [-1, 65, 10**6, True, 2.5])
+def test_the_python_api_bounds_the_boards_it_starts(tmp_path: Path, home: Path, boards: object) -> None:
+    """`tvmbench.run(path, boards=10**6)` would have started a million board agents (the CLI bounds --boards)."""
+    import tvmbench
+    from orchestrator.farm import FarmError
+
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    path = write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n')
+    with pytest.raises(FarmError, match=r"give a number of host boards from 0 to 64"):
+        tvmbench.run(path, boards=boards, db=str(tmp_path / "r.db"))  # type: ignore[arg-type]
+    assert not (tmp_path / "r.db").exists()  # refused before anything was opened
+
+
 def test_a_long_label_on_the_command_line_and_a_bad_farm_key_are_refused(tmp_path: Path, home: Path) -> None:
     onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
     path = str(write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n'))

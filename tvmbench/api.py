@@ -89,9 +89,11 @@ def run(
     """
     from db.store import ResultStore, ensure_home
     from orchestrator import scheduler
+    from orchestrator.farm.errors import check_board_count
     from orchestrator.spec import load_spec
     from tvmbench.answers.query import results
 
+    check_board_count(boards)  # before anything is opened or started: FarmError, one line
     spec = load_spec(path, label=label)
     store = ResultStore(db)
     outcome = scheduler.execute_sweep(

@@ -6,6 +6,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from orchestrator.farm.errors import check_board_count
 from orchestrator.farm.local import LocalFarm
 from orchestrator.farm.processes import reap_stale_farms, write_pid_file
 from orchestrator.farm.provisioning import EMULATED_BOARDS, Note, provision_boards
@@ -37,6 +38,7 @@ def farm_for_run(
     With ``toolchains`` (the releases a sweep needs), the host and emulated boards are started once per
     toolchain, each running that release's runtime under its release's key (``LocalFarm.start``).
     """
+    check_board_count(boards)
     address = tracker or configured_tracker(home)
     if address:
         yield address

@@ -5,9 +5,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
+MAX_BOARDS = 64  # board agents one command may start here: each is a process holding a TVM runtime
+
 
 class FarmError(RuntimeError):
     """The farm could not be started or reached; the message says what to do."""
+
+
+def check_board_count(boards: int) -> int:
+    """``boards`` if it is a number of host boards this machine may start (0 to MAX_BOARDS), else FarmError."""
+    if isinstance(boards, bool) or not isinstance(boards, int) or not 0 <= boards <= MAX_BOARDS:
+        raise FarmError(f"boards = {boards!r}: give a number of host boards from 0 to {MAX_BOARDS}")
+    return boards
 
 
 def wait_until(condition: Any, timeout_s: float, what: str, interval_s: float = 0.1) -> Any:

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from db.urls import redact
+from orchestrator.farm.errors import MAX_BOARDS  # noqa: F401  (re-exported: the --boards options' bound)
 from tvmbench.cli.lazy import lazy
 
 # The library (SQLAlchemy, numpy, onnx, TVM, Ray) loads inside the commands that use it: `tvmbench --help`
@@ -33,7 +34,6 @@ console = Console(width=None if sys.stdout.isatty() else 200, markup=False)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 200, markup=False)
 NOT_FOUND = 2  # the exit status of every lookup that finds nothing (sweep, job, board), like a bad argument
 INVALID = 2  # bad input: a sweep file, an option, a --db that is no database (1 is "some jobs failed")
-MAX_BOARDS = 64  # board agents one command may start here: each is a process holding a TVM runtime
 
 DbOpt = Annotated[
     str | None,
