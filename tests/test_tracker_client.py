@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.farm import LocalFarm
 from workers import tracker_client
-from workers.tracker_client import TRACKER_MAGIC, tracker_summary
+from workers.tracker_client import TRACKER_MAGIC, NotATracker, tracker_summary
 
 
 def test_wire_constants_are_tvms() -> None:
@@ -102,11 +102,30 @@ def test_a_garbled_answer_is_named(answer: bytes) -> None:
         conn.recv(64)
         conn.sendall(answer)
 
-    with fake_tracker(serve) as addr, pytest.raises(RuntimeError, match="not a TVM RPC tracker's answer"):
+    with fake_tracker(serve) as addr, pytest.raises(NotATracker, match="not a TVM RPC tracker's answer"):
         tracker_summary(addr)
 
 
 def test_something_else_on_the_port_is_named() -> None:
     wrong_magic = fake_tracker(lambda conn: _handshake(conn, magic=0x1234))
-    with wrong_magic as addr, pytest.raises(RuntimeError, match="is not a TVM RPC tracker"):
+    with wrong_magic as addr, pytest.raises(NotATracker, match="is not a TVM RPC tracker"):
         tracker_summary(addr)
+
+
+def test_a_sweep_against_a_tracker_that_does_not_answer_ends_in_one_line() -> None:
+    """The scheduler's first question to the farm (which keys share this machine's cores) on a closed port and
+    on a port where something else answers: a FarmError naming the address, not a ConnectionRefusedError's
+    traceback (`sweep run --tracker 127.0.0.1:5432` printed one)."""
+    from orchestrator.farm import FarmError, free_port
+    from orchestrator.scheduling.measurements import TrackerBoards
+
+    closed = f"127.0.0.1:{free_port()}"
+    with pytest.raises(FarmError, match=rf"tracker {closed} does not answer .*is it running"):
+        TrackerBoards(closed).sharing_keys()
+    with fake_tracker(lambda conn: _handshake(conn, magic=0x1234)) as addr:
+        try:
+            TrackerBoards(addr).sharing_keys()
+            said = ""
+        except FarmError as exc:
+            said = str(exc)
+    assert f"tracker {addr} does not answer ({addr} is not a TVM RPC tracker)" in said, said

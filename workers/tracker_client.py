@@ -24,6 +24,11 @@ CODE_SUCCESS, CODE_REQUEST, CODE_SUMMARY = 0, 4, 6  # tvm.rpc.base.TrackerCode
 MAX_MESSAGE_BYTES = 64 << 20  # a summary of thousands of boards is a few hundred KB
 
 
+class NotATracker(ConnectionError):
+    """What answers at the address is not a TVM RPC tracker (a database, a web server): an OSError, like a
+    refused connection, so that every caller that says "no tracker answers" says it for this too."""
+
+
 class DeviceUnavailable(RuntimeError):
     """No board of the key became free before the deadline."""
 
@@ -77,15 +82,15 @@ def send_json(sock: socket.socket, value: Any) -> None:
 
 
 def recv_json(sock: socket.socket) -> Any:
-    """The next tracker message (OSError when the tracker closes the connection midway, RuntimeError when
+    """The next tracker message (OSError when the tracker closes the connection midway, NotATracker when
     what arrives is not a tracker message)."""
     size = struct.unpack("<i", _recv_exactly(sock, 4))[0]
     if not 0 <= size <= MAX_MESSAGE_BYTES:
-        raise RuntimeError(f"a tracker message of {size} bytes: not a TVM RPC tracker's answer")
+        raise NotATracker(f"a tracker message of {size} bytes: not a TVM RPC tracker's answer")
     try:
         return json.loads(_recv_exactly(sock, size).decode("utf-8"))
     except ValueError as exc:  # undecodable bytes or not JSON
-        raise RuntimeError(f"not a TVM RPC tracker's answer ({exc})") from None
+        raise NotATracker(f"not a TVM RPC tracker's answer ({exc})") from None
 
 
 def _recv_exactly(sock: socket.socket, size: int) -> bytes:
@@ -106,7 +111,7 @@ def _tracker_socket(tracker: str, timeout_s: float) -> socket.socket:
     magic = struct.unpack("<i", _recv_exactly(sock, 4))[0]
     if magic != TRACKER_MAGIC:
         sock.close()
-        raise RuntimeError(f"{tracker} is not a TVM RPC tracker")
+        raise NotATracker(f"{tracker} is not a TVM RPC tracker")
     return sock
 
 

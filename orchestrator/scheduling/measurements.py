@@ -63,7 +63,16 @@ class TrackerBoards:
         self.tracker = tracker
 
     def sharing_keys(self) -> set[str]:
-        return host_sharing_keys(self.tracker)
+        """Asked once, as the sweep starts: a tracker that does not answer ends it in one line, before any job."""
+        from orchestrator.farm import FarmError
+
+        try:
+            return host_sharing_keys(self.tracker)
+        except OSError as exc:  # refused, timed out, closed, or something else on that port
+            raise FarmError(
+                f"tracker {self.tracker} does not answer ({exc}); is it running? `tvmbench farm up` starts a local "
+                "one, `tvmbench farm list --tracker HOST:PORT` checks one (the sweep's jobs stay pending: resume it)"
+            ) from None
 
     def per_key(self) -> dict[str, int]:
         return registered_keys(tracker_summary(self.tracker))
