@@ -48,3 +48,28 @@ def test_a_query_imports_no_tvm_ray_or_onnx(tmp_path: Path) -> None:
     assert probe["code"] == 0, probe
     assert not set(probe["loaded"]) & {"tvm", "ray", "onnx", "onnxruntime"}, probe["loaded"]
     assert "sqlalchemy" in probe["loaded"]  # it did open the (empty) database
+
+
+def test_a_lazy_module_imports_on_first_use_once_even_from_many_threads(tmp_path: Path, monkeypatch) -> None:
+    """tvmbench/cli/lazy.py: nothing runs until an attribute is read; then the real module, once, whatever the
+    threads (the dashboard's request threads read the same modules); attributes set go to the module."""
+    import threading
+
+    from tvmbench.cli.lazy import lazy
+
+    (tmp_path / "lazy_probe_mod.py").write_text("import time\nRUNS = []\nRUNS.append(1)\ntime.sleep(0.2)\nvalue = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "lazy_probe_mod", raising=False)
+    probe = lazy("lazy_probe_mod")
+    assert "lazy_probe_mod" not in sys.modules  # nothing imported yet
+    seen: list[int] = []
+    threads = [threading.Thread(target=lambda: seen.append(probe.value)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert seen == [42] * 8
+    real = sys.modules["lazy_probe_mod"]
+    assert real.RUNS == [1]  # executed once
+    probe.value = 7
+    assert real.value == 7 and probe.value == 7
