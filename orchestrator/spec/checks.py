@@ -55,7 +55,7 @@ def checked_board_key(where: str, value: str) -> str:
     if not BOARD_KEY.fullmatch(value):
         raise SpecError(
             f"{where} = {value!r} cannot be a tracker key: use letters, digits and . _ + - (at most 64, no ':' or "
-            'spaces), e.g. board_key = "rpi4"'
+            'spaces), e.g. "rpi4"'
         )
     return value
 

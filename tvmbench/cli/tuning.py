@@ -17,6 +17,7 @@ from tvmbench.cli.common import (
     JsonOpt,
     TsvOpt,
     WideOpt,
+    check_range,
     console,
     fail,
     note,
@@ -79,6 +80,8 @@ def tuning_export(
     """Write one scope's records as a MetaSchedule JSON database (for plain TVM scripts)."""
     from workers.tuning import exchange
 
+    if top is not None:
+        check_range("--top", top, 1)
     store = open_store(db, read_only=True)
     try:
         scope = exchange.select_scope(
@@ -114,8 +117,13 @@ def tuning_import(
     as_json: JsonOpt = False,
 ) -> None:
     """Read a MetaSchedule JSON database into the results database (idempotent)."""
+    from orchestrator.spec.checks import SpecError, checked_board_key
     from workers.tuning import exchange
 
+    try:  # before the database is opened (and made): records under a key no board can have are lost
+        checked_board_key("--board-key", board_key)
+    except SpecError as exc:
+        fail(str(exc), code=2)
     store = open_store(db)
 
     def progress(lines: int, distinct: int) -> None:
