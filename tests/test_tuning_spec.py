@@ -209,6 +209,10 @@ def test_plan_extracts_each_programs_tasks_once(tmp_path: Path, home: Path, monk
     plans = [j["tuning_plan"] for j in json.loads(result.output)["jobs"]]
     assert len(plans) == 12 and len(calls) == 1, calls
     assert sorted(sum(t["trials"] for t in p["tasks"]) for p in plans) == sorted([8, 16, 24, 32, 40, 48] * 2)
+    # The two VM modes of each budget have one plan: one table, its heading naming both jobs.
+    text = CliRunner().invoke(app, ["sweep", "plan", str(tmp_path / "sweep.toml")]).output
+    heads = [line for line in text.splitlines() if "covered by stored records" in line]
+    assert len(heads) == 6 and all(h.startswith("jobs ") and h.count(",") >= 1 for h in heads), text
 
 
 def test_job_default_is_untuned() -> None:

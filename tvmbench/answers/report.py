@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rich.console import Console
@@ -38,9 +39,14 @@ def plan_table(console: Console, sweep_id: str, rows: list[dict[str, Any]]) -> N
     layouts = any(r.get("layout") for r in rows)
     title = f"sweep {short_id(sweep_id)}: {len(rows)} jobs"
     shown = render(console, columns.plan(tuned, releases, layouts), rows, title)
+    # Jobs with the same plan (the VM modes of a program, opt_levels that lower alike) share one table.
+    same_plan: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in rows:
         if r.get("tuning_plan"):
-            tuning_plan_table(console, r, shown)
+            plan = json.dumps(r["tuning_plan"], sort_keys=True, default=str)
+            same_plan.setdefault((r["model"], r["board_key"], plan), []).append(r)
+    for group in same_plan.values():
+        tuning_plan_table(console, group, shown)
     to_build = len(
         {
             (
@@ -62,13 +68,18 @@ def plan_table(console: Console, sweep_id: str, rows: list[dict[str, Any]]) -> N
     console.print(f"{to_build} program(s) to build, {to_run} job(s) to run, {len(rows) - to_run} already final")
 
 
-def tuning_plan_table(console: Console, row: dict[str, Any], shown: Rendered | None = None) -> None:
-    """The tasks one tuned job will tune: trials each, and how many stored records already cover."""
-    plan = row["tuning_plan"]
-    job = shown.id("job", row["job_key"]) if shown else short_id(row["job_key"], 12)
-    head = f"job {job} ({row['model']} on {row['board_key']}): budget {plan['budget']} trials"
+PLAN_JOBS_NAMED = 4  # job ids a shared plan's heading names before "and N more"
+
+
+def tuning_plan_table(console: Console, rows: list[dict[str, Any]], shown: Rendered | None = None) -> None:
+    """The tasks tuned jobs with one plan will tune: trials each, and how many stored records already cover."""
+    row, plan = rows[0], rows[0]["tuning_plan"]
+    ids = [shown.id("job", r["job_key"]) if shown else short_id(r["job_key"], 12) for r in rows]
+    more = f" and {len(ids) - PLAN_JOBS_NAMED} more" if len(ids) > PLAN_JOBS_NAMED else ""
+    job = f"{'jobs' if len(ids) > 1 else 'job'} {', '.join(ids[:PLAN_JOBS_NAMED])}{more}"
+    head = f"{job} ({row['model']} on {row['board_key']}): budget {plan['budget']} trials"
     if plan.get("budget") == "auto":
-        head = f"job {job} ({row['model']} on {row['board_key']}): budget auto"
+        head = f"{job} ({row['model']} on {row['board_key']}): budget auto"
     if plan.get("error"):
         console.print(f"{head}: cannot plan the tasks: {plan['error']}", soft_wrap=not console.is_terminal)
         return
