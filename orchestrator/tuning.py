@@ -7,6 +7,7 @@ need from the driver (``TuningEnv``) and answers `sweep plan` for tuning jobs.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -159,16 +160,18 @@ def plan_tuning(
     """
     from workers.tuning.tasks import allocate, profile_shares
 
-    settings = job.tuning_settings
-    key = _tasks_key(job, database)
-    if cache is None or key not in cache:
-        infos, stored = _extract_tasks(job, model_data, database)
-        if cache is None:
-            cache = {}
-        cache[key] = (infos, stored)
-    infos, stored = cache[key]
-    alloc, basis = allocate(infos, job.tuning, settings.max_trials_per_task, profile_shares(profile))
+    infos, stored = _once(cache, _tasks_key(job, database), lambda: _extract_tasks(job, model_data, database))
+    alloc, basis = allocate(infos, job.tuning, job.tuning_settings.max_trials_per_task, profile_shares(profile))
     return _tuning_plan(job, infos, alloc, basis, stored, database)
+
+
+def _once(cache: dict | None, key: tuple, compute: Callable[[], Any]) -> Any:
+    """``compute()``, or what it gave for ``key`` before in ``cache`` (no cache: computed every time)."""
+    if cache is None:
+        return compute()
+    if key not in cache:
+        cache[key] = compute()
+    return cache[key]
 
 
 def _extract_tasks(job: Job, model_data: bytes, database: dict[str, str]) -> tuple[list[Any], list[int]]:
@@ -202,29 +205,34 @@ def plan_tuning_in_toolchain(
     """``plan_tuning`` of a job of another release: its toolchain's child extracts the tasks and hashes them
     (the installed TVM hashes the same PrimFuncs differently: 0.26.0's conv task is 16415173567576005391
     there, 3168296938307167444 here), and the stored records of that release's scope are counted here."""
-    from tvmbench.core.records import TuningScope
-    from workers.toolchains.build import tasks_in_toolchain
-    from workers.tuning.tasks import TaskInfo, allocate, profile_shares
+    from workers.tuning.tasks import allocate, profile_shares
 
-    key = _tasks_key(job, database)
-    if cache is None or key not in cache:
-        found = tasks_in_toolchain(toolchain, job, model_data)
-        infos = [TaskInfo(t["name"], t["weight"], t["flops"], i) for i, t in enumerate(found["tasks"])]
-        stored = [0 for _ in infos]
-        if database.get("kind") == "sql":
-            store = ResultStore(database["url"], never_write=True)
-            try:
-                hashes = [t["hash"] for t in found["tasks"]]
-                coverage = store.tuning_coverage(TuningScope(**found["scope"]), hashes)
-                stored = [coverage[h]["trials"] for h in hashes]
-            finally:
-                store.close()
-        if cache is None:
-            cache = {}
-        cache[key] = (infos, stored)
-    infos, stored = cache[key]
+    infos, stored = _once(
+        cache, _tasks_key(job, database), lambda: _toolchain_tasks(toolchain, job, model_data, database)
+    )
     alloc, basis = allocate(infos, job.tuning, job.tuning_settings.max_trials_per_task, profile_shares(profile))
     return _tuning_plan(job, infos, alloc, basis, stored, database)
+
+
+def _toolchain_tasks(
+    toolchain: Any, job: Job, model_data: bytes, database: dict[str, str]
+) -> tuple[list[Any], list[int]]:
+    """The tasks the toolchain's child extracts and hashes, and the trials stored for each (SQL records only)."""
+    from tvmbench.core.records import TuningScope
+    from workers.toolchains.build import tasks_in_toolchain
+    from workers.tuning.tasks import TaskInfo
+
+    found = tasks_in_toolchain(toolchain, job, model_data)
+    infos = [TaskInfo(t["name"], t["weight"], t["flops"], i) for i, t in enumerate(found["tasks"])]
+    if database.get("kind") != "sql":
+        return infos, [0 for _ in infos]
+    store = ResultStore(database["url"], never_write=True)
+    try:
+        hashes = [t["hash"] for t in found["tasks"]]
+        coverage = store.tuning_coverage(TuningScope(**found["scope"]), hashes)
+        return infos, [coverage[h]["trials"] for h in hashes]
+    finally:
+        store.close()
 
 
 def _tuning_plan(

@@ -31,10 +31,10 @@ from tvmbench.cli.common import (
     print_json,
     tables,
 )
+from tvmbench.cli.lazy import lazy
 
 if TYPE_CHECKING:  # the orchestrator (Ray, TVM, onnx) loads inside the commands that run it
     from orchestrator.spec import SweepSpec
-from tvmbench.cli.lazy import lazy
 
 columns = lazy("tvmbench.answers.columns")
 report = lazy("tvmbench.answers.report")

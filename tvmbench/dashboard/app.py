@@ -8,6 +8,7 @@ work with no internet. Every handler only reads (the store is opened read-only b
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -221,7 +222,7 @@ def create_app(
         if a and b:
             try:
                 threshold = _number(params, "threshold", low=0.0)
-                alpha = _number(params, "alpha", low=0.0, high=1.0)
+                alpha = _number(params, "alpha", low=0.0, high=1.0, open_low=True)
                 data = views.compare(store, a, b, threshold=threshold, alpha=alpha)
             except q.QueryError as exc:  # an unknown or ambiguous sweep, like /sweep/{ref}
                 error, status = str(exc), 404
@@ -233,10 +234,16 @@ def create_app(
             return JSONResponse({"error": error}, status_code=status) if error else JSONResponse(data)
         return page(request, "compare.html", status, data=data, error=error, sweeps=views.sweeps(store), a=a, b=b)
 
+    def unknown_method(request: Request, method: str) -> Response | None:
+        """A 400 for a ?method= that is no regression method (a bad parameter, not a missing page)."""
+        if method in regressions.METHODS:
+            return None
+        return not_found(request, f"?method={method!r}: choose from {', '.join(sorted(regressions.METHODS))}", 400)
+
     def history_page(request: Request) -> Response:
         method = request.query_params.get("method") or "zscore"
-        if method not in regressions.METHODS:  # a bad parameter (400), not a missing page
-            return not_found(request, f"?method={method!r}: choose from {', '.join(sorted(regressions.METHODS))}", 400)
+        if refused := unknown_method(request, method):
+            return refused
         try:
             data = views.history(store, request.path_params["key"], method)
         except q.QueryError as exc:
@@ -245,8 +252,8 @@ def create_app(
 
     def history_plot(request: Request) -> Response:
         method = request.query_params.get("method") or "zscore"
-        if method not in regressions.METHODS:
-            return not_found(request, f"?method={method!r}: choose from {', '.join(sorted(regressions.METHODS))}", 400)
+        if refused := unknown_method(request, method):
+            return refused
         try:
             data = views.history(store, request.path_params["key"], method)
         except q.QueryError as exc:
@@ -280,17 +287,19 @@ def create_app(
     return Starlette(routes=routes, middleware=middleware)
 
 
-def _number(params: Any, name: str, default: float = 0.05, *, low: float, high: float | None = None) -> float:
-    """The query parameter ``name`` as a float (``default`` when absent) in the CLI option's range: at least
-    ``low`` (above it, with a ``high``: alpha), below ``high``; ValueError naming it otherwise (nan, inf)."""
+def _number(
+    params: Any, name: str, default: float = 0.05, *, low: float, high: float = math.inf, open_low: bool = False
+) -> float:
+    """The query parameter ``name`` as a float (``default`` when absent) in the range the CLI's option takes:
+    low <(=) value < high; ValueError naming it otherwise (nan and inf included)."""
     raw = params.get(name)
     try:
         value = float(raw) if raw else default
     except ValueError:
         raise ValueError(f"?{name}={raw!r} is not a number: give e.g. {name}=0.05") from None
-    above = value > low if high is not None else value >= low
-    if not (above and value < (high if high is not None else float("inf"))):
-        bounds = f"above {low:g} and below {high:g}" if high is not None else f"finite and at least {low:g}"
+    if not ((value > low if open_low else value >= low) and value < high):
+        lower = f"above {low:g}" if open_low else f"at least {low:g}"
+        bounds = f"{lower} and below {high:g}" if high != math.inf else f"finite and {lower}"
         raise ValueError(f"?{name}={raw}: must be {bounds}, e.g. {name}=0.05")
     return value
 
