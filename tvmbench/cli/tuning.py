@@ -17,7 +17,6 @@ from tvmbench.cli.common import (
     JsonOpt,
     TsvOpt,
     WideOpt,
-    check_range,
     console,
     fail,
     note,
@@ -80,10 +79,9 @@ def tuning_export(
     """Write one scope's records as a MetaSchedule JSON database (for plain TVM scripts)."""
     from workers.tuning import exchange
 
-    if top is not None:
-        check_range("--top", top, 1)
     store = open_store(db, read_only=True)
     try:
+        exchange.check_top(top)  # before the scope is looked for: a database without records says so first
         scope = exchange.select_scope(
             store, target=target, board_key=board_key, tvm_version=tvm_version, model_name=model
         )

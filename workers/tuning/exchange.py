@@ -137,6 +137,15 @@ def short_target(target: dict[str, Any] | None) -> str:
     return " ".join(parts)
 
 
+def check_top(top: int | None) -> None:
+    """ExchangeError unless ``top`` (records per workload to export) is None or at least 1."""
+    if top is not None and top < 1:
+        raise ExchangeError(
+            f"--top {top} would export nothing: give N >= 1 (the N fastest valid records per workload), "
+            "or leave --top out for every record, failed trials too"
+        )
+
+
 def export_records(
     store: ResultStore,
     directory: Path,
@@ -151,11 +160,7 @@ def export_records(
     in ``directory``."""
     from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord, Workload
 
-    if top is not None and top < 1:
-        raise ExchangeError(
-            f"--top {top} would export nothing: give N >= 1 (the N fastest valid records per workload), "
-            "or leave --top out for every record, failed trials too"
-        )
+    check_top(top)
     _output_directory(directory)
     existing = [p.name for p in (directory / WORKLOAD_FILE, directory / RECORD_FILE) if p.exists() and p.stat().st_size]
     if existing and not append:
