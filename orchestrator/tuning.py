@@ -160,12 +160,12 @@ def plan_tuning(
     """
     from workers.tuning.tasks import allocate, profile_shares
 
-    infos, stored = _once(cache, _tasks_key(job, database), lambda: _extract_tasks(job, model_data, database))
+    infos, stored = once(cache, _tasks_key(job, database), lambda: _extract_tasks(job, model_data, database))
     alloc, basis = allocate(infos, job.tuning, job.tuning_settings.max_trials_per_task, profile_shares(profile))
     return _tuning_plan(job, infos, alloc, basis, stored, database)
 
 
-def _once(cache: dict | None, key: tuple, compute: Callable[[], Any]) -> Any:
+def once(cache: dict | None, key: tuple, compute: Callable[[], Any]) -> Any:
     """``compute()``, or what it gave for ``key`` before in ``cache`` (no cache: computed every time)."""
     if cache is None:
         return compute()
@@ -207,7 +207,7 @@ def plan_tuning_in_toolchain(
     there, 3168296938307167444 here), and the stored records of that release's scope are counted here."""
     from workers.tuning.tasks import allocate, profile_shares
 
-    infos, stored = _once(
+    infos, stored = once(
         cache, _tasks_key(job, database), lambda: _toolchain_tasks(toolchain, job, model_data, database)
     )
     alloc, basis = allocate(infos, job.tuning, job.tuning_settings.max_trials_per_task, profile_shares(profile))

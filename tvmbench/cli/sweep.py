@@ -153,7 +153,7 @@ def _tuning_plan(store, spec: SweepSpec, job, jobs: list, tasks_of: dict) -> dic
 
 def _tuning_tasks(store, spec: SweepSpec, job, tasks_of: dict) -> dict:
     from orchestrator import toolchains
-    from orchestrator.tuning import plan_tuning, plan_tuning_in_toolchain, records_database, untuned_profile
+    from orchestrator.tuning import once, plan_tuning, plan_tuning_in_toolchain, records_database, untuned_profile
     from workers.build_common import tvm_versions
 
     try:
@@ -171,9 +171,7 @@ def _tuning_tasks(store, spec: SweepSpec, job, tasks_of: dict) -> dict:
             job.pipeline,
             job.layout,
         )
-        if profile_key not in tasks_of:
-            tasks_of[profile_key] = untuned_profile(store, job)
-        profile = tasks_of[profile_key]
+        profile = once(tasks_of, profile_key, lambda: untuned_profile(store, job))
         if foreign is not None and foreign.toolchain.kind != "installed":
             # Only its own release hashes its tasks as its records are keyed: its child extracts them.
             return plan_tuning_in_toolchain(foreign.toolchain, job, model, database, profile, tasks_of)

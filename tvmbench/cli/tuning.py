@@ -17,6 +17,7 @@ from tvmbench.cli.common import (
     JsonOpt,
     TsvOpt,
     WideOpt,
+    call,
     console,
     fail,
     note,
@@ -115,13 +116,11 @@ def tuning_import(
     as_json: JsonOpt = False,
 ) -> None:
     """Read a MetaSchedule JSON database into the results database (idempotent)."""
-    from orchestrator.spec.checks import SpecError, checked_board_key
+    from orchestrator.spec.checks import checked_board_key
     from workers.tuning import exchange
 
-    try:  # before the database is opened (and made): records under a key no board can have are lost
-        checked_board_key("--board-key", board_key)
-    except SpecError as exc:
-        fail(str(exc), code=2)
+    # Before the database is opened (and made): records under a key no board can have are lost.
+    call(checked_board_key, "--board-key", board_key)
     store = open_store(db)
 
     def progress(lines: int, distinct: int) -> None:
