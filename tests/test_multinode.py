@@ -332,3 +332,64 @@ def test_cancel_and_resubmit(ray_cluster: RayCluster, local_farm: LocalFarm, pg_
     assert json.loads(second.stdout)["submission_id"] == f"tvmbench-{sweep_id}-2"
     stop = _cli(["sweep", "cancel", sweep_id, *ray_opts, "--json"], client_env)
     assert json.loads(stop.stdout)["submission_id"] == f"tvmbench-{sweep_id}-2"
+
+
+# A driver of the cluster that builds one tuned job, its tasks searched by two Ray workers (the build's tuning
+# provenance on its last line). The boards are handed as not this machine's: a cluster's driver does that for
+# boards elsewhere, where the search is worth spreading (workers/tuning/parallel.py).
+PARALLEL_SEARCH_DRIVER = """
+import json, sys
+import ray
+from orchestrator.plan import plan_jobs
+from orchestrator.spec import load_spec
+from workers.executors.registry import build_job
+from workers.executors.requests import BuildRequest
+from workers.tuning.stage import TuningEnv
+
+gcs, sweep, model, tracker, url = sys.argv[1:]
+ray.init(address=gcs, _node_ip_address="127.0.0.1", log_to_driver=False, logging_level="WARNING")
+(job,) = plan_jobs(load_spec(sweep))
+env = TuningEnv(tracker=tracker, database={"kind": "sql", "url": url}, boards=2)
+build, _ = build_job(BuildRequest(job, open(model, "rb").read(), tuning_env=env))
+print(json.dumps({"error": build.error, "tuning": build.tuning}))
+"""
+
+
+def test_one_models_tasks_are_searched_on_both_nodes(
+    ray_cluster: RayCluster, local_farm: LocalFarm, pg_url: str, tmp_path: Path
+) -> None:
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "mlp.onnx")
+    sweep = write_sweep(
+        tmp_path,
+        '[[models]]\npath = "mlp.onnx"\n[axes]\nexecutor = ["vm-compiled"]\ntuning = [12]\n'
+        '[tuning]\ncost_model = "random"\nnum_trials_per_iter = 2\nsearch_workers = 2\n',
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "TVMBENCH_"))},
+        **ray_cluster.env,
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "TVMBENCH_HOME": str(tmp_path / "home"),
+    }
+    args = [ray_cluster.gcs, str(sweep), str(tmp_path / "mlp.onnx"), local_farm.tracker, pg_url]
+    driver = subprocess.run(
+        [sys.executable, "-c", PARALLEL_SEARCH_DRIVER, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert driver.returncode == 0, driver.stderr[-3000:]
+    built = json.loads(driver.stdout.strip().splitlines()[-1])
+    assert built["error"] is None, built["error"]
+    search = built["tuning"]["search"]
+    nodes = {n["node_id"]: n for n in ray_cluster.nodes()}
+
+    def node_name(node_id: str) -> str:
+        return next(r for r in ("node_a", "node_b") if r in nodes[node_id]["resources_total"])
+
+    # One node CPU each: the two groups' searches ran at once, one on each node.
+    assert (search["workers"], search["nodes"]) == (2, 2), search
+    assert {node_name(g["node"]) for g in search["groups"]} == {"node_a", "node_b"}, search
+    tasks = built["tuning"]["tasks"]
+    assert all(t["records_found"] for t in tasks) and built["tuning"]["trials_run"] == 12, tasks

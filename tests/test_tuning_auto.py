@@ -85,7 +85,8 @@ def tuned(
     assert "MetaScheduleApplyDatabase" in build.pass_trace
     t = build.tuning
     assert t is not None and t["stopped_by"] in STOP_REASONS, t
-    assert len(t["tasks"]) == 2 and all(x["records_found"] and x["trials"] >= 2 for x in t["tasks"]), t["tasks"]
+    found = all(x["records_found"] and x["trials"] >= 2 for x in t["tasks"])
+    assert len(t["tasks"]) == 2 and found, (t["tasks"], t["errors"])
     if env.tuned_by is not None:
         assert t["trials_run"] == 0 and t["trials_from_records"] == sum(x["trials"] for x in t["tasks"]), t
         return t

@@ -62,3 +62,33 @@ def _fence_left_clean(ray_local: None) -> Any:
     from workers.fence import reset_fence
 
     reset_fence(create_fence())
+
+
+def test_the_warm_up_is_a_build_and_waits_for_a_timing_on_the_host(ray_local: None) -> None:
+    """Importing TVM in every worker is seconds of CPU: it must not run while a host board times a program."""
+    from orchestrator.farm import wait_until
+    from workers.tuning.builder import warm_worker
+
+    host = create_fence()
+    fence = Fence(host)
+    refused_before = fence._call("refused")
+    assert fence.try_hold("time", "a timing", 60)
+    try:
+        ref = ray.remote(num_cpus=1)(warm_worker).remote(host)
+        # The warm-up asks for the fence and is refused while the timing holds it.
+        wait_until(lambda: fence._call("refused") > refused_before, 120, "the warm-up to ask for the fence")
+        assert not ray.wait([ref], timeout=0)[0], "the warm-up ran during the timing"
+    finally:
+        fence.release("a timing")
+    assert ray.get(ref, timeout=300) >= 0
+    assert fence.state() == {"builds": 0, "timing": 0, "waiting_timers": 0}
+
+
+def test_candidates_of_any_board_key_hold_the_drivers_machine_fence() -> None:
+    from workers.tuning.search import candidate_fence
+    from workers.tuning.stage import TuningEnv
+
+    # Boards elsewhere: no timing fence for the key, but the builds run on the driver's machine all the same.
+    assert candidate_fence(TuningEnv(tracker="t", fence_host=None, machine_fence="driver")) == "driver"
+    assert candidate_fence(TuningEnv(tracker="t", fence_host="driver", machine_fence="driver")) == "driver"
+    assert candidate_fence(TuningEnv(tracker="t")) is None  # a build outside a sweep: no fence at all

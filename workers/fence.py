@@ -42,6 +42,7 @@ class _HostFenceState:
         self.builds: dict[str, float] = {}  # holder -> expiry (monotonic)
         self.timing: dict[str, float] = {}
         self.waiting_timers: dict[str, float] = {}  # holder -> when it last asked
+        self.refused_builds = 0  # build asks refused so far: a build that waited shows here (tests)
 
     def _expire(self, now: float) -> None:
         for table in (self.builds, self.timing):
@@ -57,6 +58,7 @@ class _HostFenceState:
         if holder in self.builds or not (self.timing or self.waiting_timers):
             self.builds[holder] = now + ttl_s
             return True
+        self.refused_builds += 1
         return False
 
     def try_time(self, holder: str, ttl_s: float) -> bool:
@@ -79,6 +81,9 @@ class _HostFenceState:
         self.builds.clear()
         self.timing.clear()
         self.waiting_timers.clear()
+
+    def refused(self) -> int:
+        return self.refused_builds
 
     def state(self) -> dict[str, int]:
         self._expire(time.monotonic())

@@ -412,6 +412,7 @@ class SweepRun:
             tracker=self.tracker,
             database=records_database(self.store, self.cache.root.parent, job, self.tvm_version),
             fence_host=self.pool.fence_host if key in self.measures.fenced else None,
+            machine_fence=self.pool.fence_host,
             avoid=self.quarantine.boards(),
             boards=max(1, boards),
             profile=untuned_profile(self.store, job),

@@ -14,6 +14,7 @@ AUTO = "auto"  # the budget that stops by itself: tuning = ["auto"] in [axes]
 # The auto budget's keys of [tuning]: when it stops (workers/tuning/stopping.py).
 AUTO_KEYS = ("until", "max_minutes", "plateau", "max_trials")
 MAX_AUTO_MINUTES = 7 * 24 * 60.0  # a week: longer is a typo, not a plan
+MAX_SEARCH_WORKERS = 64  # Ray workers searching one model's tasks; a model has rarely more tasks
 POPULATION_RANGE = (8, 65_536)  # under a batch's size it has little to rank; at the top, about an hour a batch here
 
 
@@ -45,7 +46,8 @@ def parse_tuning(data: dict[str, Any]) -> TuningSettings:
             value = float(value)
         else:  # the integer settings
             typed(where, value, int, "an integer")
-            low, high = {"seed": (0, 2**31 - 1), "population": POPULATION_RANGE}.get(name, (1, MAX_TUNING_BUDGET))
+            ranges = {"seed": (0, 2**31 - 1), "population": POPULATION_RANGE, "search_workers": (1, MAX_SEARCH_WORKERS)}
+            low, high = ranges.get(name, (1, MAX_TUNING_BUDGET))
             if not low <= value <= high:
                 raise SpecError(f"{where} = {value}: must be an integer from {low} to {high}")
         values[name] = value

@@ -146,9 +146,9 @@ def tuning_lines(tuning: dict[str, Any]) -> list[str]:
     stop = stop_text(tuning)
     if stop:
         lines.append(f"    stopped by {stop}")
-    warm = warm_start_line(tuning.get("warm_start"))
-    if warm:
-        lines.append(warm)
+    for line in (warm_start_line(tuning.get("warm_start")), search_line(tuning.get("search"))):
+        if line:
+            lines.append(line)
     for message in (tuning.get("errors") or [])[:5]:
         lines.append(f"    failed trial: {message}")
     return lines
@@ -195,6 +195,8 @@ def stop_text(tuning: dict[str, Any]) -> str | None:
             text += "; every task reached its own cap or ran out of candidates"
     else:
         text = str(v.get("error", ""))
+    if v.get("group") is not None:
+        text += f"; met in search group {int(v['group']) + 1}, which ended every group's search"
     if v.get("tuned_by"):
         text += f"; by build {str(v['tuned_by'])[:12]} of the same workloads and rules, whose records it applied"
     return f"{rule}: {text}"
@@ -220,6 +222,25 @@ def warm_start_line(warm: dict[str, Any] | None) -> str | None:
     else:
         text += "no task seeded"
     return text + (f" ({warm['note']})" if warm.get("note") else "")
+
+
+def search_line(search: dict[str, Any] | None) -> str | None:
+    """How many Ray workers searched the tasks (``[tuning] search_workers``); None when one was asked."""
+    if not search:
+        return None
+    if search.get("workers", 1) <= 1:
+        return f"    searched by 1 worker, {search.get('asked')} asked: {search.get('why', '?')}"
+    groups = []
+    for n, group in enumerate(search.get("groups") or [], start=1):
+        tasks = len(group.get("tasks") or [])
+        if group.get("error"):
+            groups.append(f"{n}: {tasks} tasks, failed ({group['error']})")
+            continue
+        stopped = f", stopped by {group['stopped_by']}" if group.get("stopped_by") else ""
+        groups.append(f"{n}: {tasks} tasks, {group.get('trials')} trials in {_s(group.get('tuning_s'))}{stopped}")
+    nodes = search.get("nodes", 1)
+    where = f"{nodes} node" + ("s" if nodes != 1 else "")
+    return f"    searched by {search['workers']} workers on {where}; groups " + "; ".join(groups)
 
 
 def print_tuning(console: Console, tuning: dict[str, Any] | None) -> None:

@@ -220,6 +220,9 @@ class TuningSettings:
     # that search is most of a round (README, "Tuning: where it stands"). In the build key only when not
     # MetaSchedule's default, so the keys of before stay.
     population: int = DEFAULT_POPULATION
+    # Ray workers that search one model's tasks at once, each a group of them (workers/tuning/parallel.py):
+    # for clusters whose boards are not the driver's machine. In the build key only when above 1.
+    search_workers: int = 1
 
 
 @dataclass(frozen=True)
@@ -349,6 +352,8 @@ def build_config_tuning(job: Job) -> dict[str, Any]:
         del settings["warm_start"]
     if settings["population"] == DEFAULT_POPULATION:  # likewise
         del settings["population"]
+    if settings["search_workers"] == 1:  # likewise
+        del settings["search_workers"]
     config = {"budget": job.tuning, "board_key": job.target.board_key, **settings}
     if job.tuning_auto is not None:
         config.update(budget="auto", auto=asdict(job.tuning_auto))

@@ -38,9 +38,12 @@ class AutoState:
         stored_best_s: dict[str, float | None],
         first_trial: int,
         target_ms: float | None,
+        shared: Any = None,
     ) -> None:
         self.rules, self.names, self.weights, self.stats = rules, names, weights, stats
         self.stored_best_s, self.first_trial, self.target_ms = stored_best_s, first_trial, target_ms
+        # The other groups of a parallel search (workers/tuning/parallel.SharedRules), or None.
+        self.shared = shared
         self.stop: stopping.Stop | None = None
         self._points: list[list] = []  # the curve so far, one point per trial recorded
         self._best: dict[str, float] = {}  # each task's best time (s) at the curve's last point
@@ -72,22 +75,41 @@ class AutoState:
         return [self._best.get(n) for n in self.names]
 
     def check(self, sent: int) -> stopping.Stop | None:
-        """Ask the rules (``sent``: trials measured or on the boards); the first stop sticks."""
-        if self.stop is None:
-            self.stop = stopping.check(
-                self.rules,
-                elapsed_s=time.perf_counter() - self.stats.started,
-                trials=sent,
-                curve=self.curve(),
-                complete=all(b is not None for b in self.best_s()),
-                target_ms=self.target_ms,
-            )
+        """Ask the rules (``sent``: trials measured or on the boards); the first stop sticks.
+
+        In a group of a parallel search the rules read the whole model: the other groups' trials and
+        estimate are added, and a stop of theirs that ends every group (``SHARED_STOPS``) ends this one.
+        """
+        if self.stop is not None:
+            return self.stop
+        curve, complete = self.curve(), all(b is not None for b in self.best_s())
+        if self.shared is not None:
+            others = self.shared.exchange(float(curve[-1][2]) if curve else None, complete)
+            if others["stop"] is not None:
+                group, rule, values = others["stop"]
+                self.stop = stopping.Stop(rule, {**values, "group": group})
+                return self.stop
+            curve = [[trial, seconds, ms + others["estimate_ms"]] for trial, seconds, ms in curve]
+            sent, complete = sent + others["trials"], complete and others["complete"]
+        self.stop = stopping.check(
+            self.rules,
+            elapsed_s=time.perf_counter() - self.stats.started,
+            trials=sent,
+            curve=curve,
+            complete=complete,
+            target_ms=self.target_ms,
+        )
+        if self.stop is not None and self.shared is not None:
+            self.shared.stopped(self.stop.rule, self.stop.values)
         return self.stop
 
     def stored_stop(self) -> stopping.Stop | None:
-        """The until rule on the stored records alone: met already, nothing needs to be measured."""
+        """The until rule on the stored records alone: met already, nothing needs to be measured.
+
+        Never in a group of a parallel search: its tasks are part of the model (the stage asked first, for all).
+        """
         best = [self.stored_best_s.get(n) for n in self.names]
-        if self.target_ms is None or any(b is None for b in best):
+        if self.shared is not None or self.target_ms is None or any(b is None for b in best):
             return None
         estimate_ms = sum(self.weights.get(n, 1) * b for n, b in zip(self.names, best, strict=True) if b) * 1e3
         if estimate_ms <= self.target_ms:
@@ -205,13 +227,17 @@ def run_auto(
     stored_best_s: dict[str, float | None],
     first_trial: int,
     baseline: dict[str, Any] | None,
+    shared: Any = None,
     **tune_options: Any,
 ) -> tuple[dict[str, Any], dict[str, int]]:
-    """The stage's auto path: (the provenance's ``auto``, ``stopped_by`` and ``stop``; trials measured per task)."""
+    """The stage's auto path: (the provenance's ``auto``, ``stopped_by`` and ``stop``; trials measured per task).
+
+    ``shared``: the other groups of a parallel search (``AutoState``), or None."""
     rules, settings = job.tuning_auto, job.tuning_settings
     target_ms, until = stopping.until_target(rules, baseline)
     names = [i.name for i in infos]
-    state = AutoState(rules, names, {i.name: i.weight for i in infos}, stats, stored_best_s, first_trial, target_ms)
+    weights_by_name = {i.name: i.weight for i in infos}
+    state = AutoState(rules, names, weights_by_name, stats, stored_best_s, first_trial, target_ms, shared)
     stop = tune_auto(
         rules,
         contexts,

@@ -80,19 +80,23 @@ def _failed(stats: TuningStats, kind: str, message: str) -> BuilderResult:
     return BuilderResult(None, f"{kind}: {message}")
 
 
-def warm_worker() -> float:
+def warm_worker(fence_host: str | None = None) -> float:
     """Import what a candidate build needs (a Ray task body); returns the seconds it took.
 
     ``import tvm`` alone took 17 s in a fresh Ray worker on a loaded 2-core machine: paid once per worker
-    before the first batch, it does not eat into every candidate's build timeout.
+    before the first batch, it does not eat into every candidate's build timeout. It is a build's work on
+    this machine's cores, so it holds the fence like one (``fence_host``, as ``compile_candidate``).
     """
-    started = time.perf_counter()
-    import tvm  # noqa: F401
+    from workers.fence import local_fence
 
-    from workers.tuning.preload import preload_tensor_intrin
+    with local_fence(fence_host).building():
+        started = time.perf_counter()
+        import tvm  # noqa: F401
 
-    preload_tensor_intrin()  # without it TVMScript's inspect.stack() made this minutes in a Ray worker
-    return time.perf_counter() - started
+        from workers.tuning.preload import preload_tensor_intrin
+
+        preload_tensor_intrin()  # without it TVMScript's inspect.stack() made this minutes in a Ray worker
+        return time.perf_counter() - started
 
 
 @derived_object
@@ -138,7 +142,7 @@ class RayBuilder(PyBuilder):
         import ray
 
         warm = ray.remote(num_cpus=1)(warm_worker)
-        refs = [warm.remote() for _ in range(min(self._cpus, 8))]
+        refs = [warm.remote(self.fence_host) for _ in range(min(self._cpus, 8))]
         ray.wait(refs, num_returns=len(refs), timeout=600)
         self._warm = True
 
@@ -146,8 +150,9 @@ class RayBuilder(PyBuilder):
         import ray
         import tvm
 
-        if not self._warm:
-            self._warm_up()
+        if not self._warm:  # the warm-up holds the fence: this thread's hold must not fence it out
+            with self.pause() if self.pause is not None else contextlib.nullcontext():
+                self._warm_up()
         started = time.perf_counter()
         holders = [uuid.uuid4().hex for _ in build_inputs]
         refs = [

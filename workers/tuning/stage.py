@@ -17,18 +17,16 @@ the tuning curve, ``[[trial, tuning seconds, estimate ms], ...]`` per measured t
 thinned evenly), the estimate being the best-so-far sum over tasks of weight x best candidate time (see
 ``workers.tuning.stats.tuning_curve`` for exactly what it counts). An auto budget (``job.tuning_auto``)
 tunes every task in one run that stops by itself (workers/tuning/auto.py) and adds ``auto`` (its rules
-and baseline), ``stopped_by`` and ``stop`` (workers/tuning/stopping.py).
+and baseline), ``stopped_by`` and ``stop`` (workers/tuning/stopping.py). A build asked for more than one
+search worker (``[tuning] search_workers``) adds ``search``: ``asked``, ``workers``, and either ``why`` it
+searched alone or ``nodes`` and its ``groups`` (tasks, node, trials, seconds, stop: workers/tuning/parallel.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +51,9 @@ class TuningEnv:
     tracker: str
     database: dict[str, str] = field(default_factory=lambda: {"kind": "memory"})  # kind + path/url
     fence_host: str | None = None  # set when the job's boards share the driver's cores
+    # The driver's host, whose fence every build on its machine holds whatever the key: candidate builds
+    # (and a parallel search's workers) there keep off the timings of other jobs' host boards.
+    machine_fence: str | None = None
     avoid: frozenset[str] = frozenset()  # quarantined boards
     boards: int = 1  # boards of the key: candidates timed at once (1 when fenced)
     profile: dict[str, Any] | None = None  # the untuned build's stored per-kernel profile, if any
@@ -96,17 +97,6 @@ def tuning_target(tvm_target: dict[str, Any], settings: TuningSettings) -> Any:
     return Target(spec)
 
 
-def search_threads() -> int | str:
-    """The search's thread count: MetaSchedule's default ("physical") where psutil is there to count them.
-
-    Its default asks psutil (``ms.utils.cpu_count``), which a toolchain's venv does not have: there, the
-    logical CPUs (on a 2-core machine both are the same).
-    """
-    import importlib.util
-
-    return "physical" if importlib.util.find_spec("psutil") is not None else max(1, os.cpu_count() or 1)
-
-
 def open_database(
     env: TuningEnv,
     module_equality: str,
@@ -142,36 +132,6 @@ def open_database(
     return ms.database.MemoryDatabase(module_equality=module_equality), "memory"
 
 
-def _progress_callback(on_batch: Any) -> Any:
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
-
-    @derived_object
-    class _Progress(PyMeasureCallback):
-        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
-            on_batch(len(measure_candidates))
-
-    return _Progress()
-
-
-def _curve_callback(stats: TuningStats, task_name: Any) -> Any:
-    """Records every measured candidate for the curve, under ``task_name(task_id)``."""
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
-
-    @derived_object
-    class _Curve(PyMeasureCallback):
-        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
-            run_s: list[float | None] = []
-            for result in runner_results:
-                secs = [float(x) for x in (result.run_secs or [])] if result.error_msg is None else []
-                run_s.append(sum(secs) / len(secs) if secs else None)
-            artifacts = [None if b.artifact_path is None else str(b.artifact_path) for b in builder_results]
-            stats.record_batch(task_name(task_id), artifacts, run_s)
-
-    return _Curve()
-
-
 def _best_us(db: Any, mod: Any) -> tuple[float | None, int]:
     """(best mean latency in µs, trials stored) of a task's workload in ``db``.
 
@@ -192,13 +152,16 @@ def _best_us(db: Any, mod: Any) -> tuple[float | None, int]:
     return (sum(secs) / len(secs) * 1e6 if secs else None), len(records)
 
 
-@contextlib.contextmanager
-def _work_dir() -> Iterator[str]:
-    path = tempfile.mkdtemp(prefix="tvmbench-tune-")
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+def _stored_stop(job: Job, infos: list[Any], stored_best: dict[str, float | None], baseline: Any) -> bool:
+    """Whether the stored records alone meet an auto budget's until rule for the whole model."""
+    from workers.tuning import stopping
+    from workers.tuning.auto import AutoState
+
+    target_ms, _ = stopping.until_target(job.tuning_auto, baseline)
+    weights = {i.name: i.weight for i in infos}
+    names = [i.name for i in infos]
+    state = AutoState(job.tuning_auto, names, weights, TuningStats(), stored_best, 0, target_ms)
+    return state.stored_stop() is not None
 
 
 def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -> tuple[Any, Any, dict[str, Any]]:
@@ -210,16 +173,12 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     """
     import tvm
     from tvm import relax
-    from tvm.s_tir import meta_schedule as ms
 
-    from tvmbench.core.errors import one_line
-    from workers.fence import WorkHold
-    from workers.tuning.builder import InProcessBuilder, RayBuilder
-    from workers.tuning.first_batch import first_batch_strategy, guides
+    from workers.tuning.parallel import search_apart, split, why_not_parallel
     from workers.tuning.preload import preload_tensor_intrin
     from workers.tuning.progress import FileProgress, ProgressReporter
-    from workers.tuning.runner import FarmRunner, FarmRunnerConfig
-    from workers.tuning.warm_start import begin, warm_provenance
+    from workers.tuning.search import search
+    from workers.tuning.warm_start import warm_provenance
 
     preload_tensor_intrin()  # the first TuneContext imports it; TVMScript's inspect.stack() made that minutes
     settings, auto = job.tuning_settings, job.tuning_auto
@@ -261,92 +220,42 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     measured: dict[str, int] = {}
     started = time.perf_counter()
     todo = (list(infos) if not env.tuned_by else []) if auto else [i for i in infos if alloc[i.name] > covered[i.name]]
-    stop = nothing_tuned(auto, env.baseline, env.tuned_by) if auto else None  # run_auto's, once tasks are tuned
-    warm = None
+    stop = nothing_tuned(auto, env.baseline, env.tuned_by) if auto else None  # the search's, once tasks are tuned
+    warm = warm_provenance(None, settings)
+    parallel: dict[str, Any] | None = None
     if todo:
-        warm = begin(db, settings, target, search_threads())  # trains on the stored records: counts as tuning
-        fence = None
-        if env.fence_dir:
-            from workers.toolchains.tuning import FileFence
+        todo_tasks = [(info, extracted[info.index]) for info in todo]
+        trials = {info.name: alloc[info.name] - covered[info.name] for info in todo}
+        asked = settings.search_workers
+        why = why_not_parallel(asked, env, len(todo))
+        if why is None and auto and _stored_stop(job, todo, stored_best, env.baseline):
+            why = "the stored records already meet the until rule"
+        if asked > 1:
+            parallel = {"asked": asked, "workers": 1, **({"why": why} if why else {})}
+        if asked > 1 and why is None:
+            # Fixed budgets split by trials; the auto budget's scheduler spends where weight x FLOPs is.
+            cost = {i.name: i.weight * i.flops if auto else float(trials[i.name]) for i in todo}
+            groups = [[(info, extracted[info.index]) for info in group] for group in split(todo, cost, asked)]
 
-            fence = FileFence(env.fence_dir)
-        # This thread's hold on the fence: the build task's own, or in a toolchain's child one of its own.
-        own_hold = WorkHold(fence.building) if build_hold is None and fence is not None else None
-        work_hold = build_hold if build_hold is not None else own_hold
-        pause = work_hold.paused if work_hold is not None else None
-        common = {"cross_compiler": job.target.cross_compiler, "fence_host": env.fence_host, "stats": stats}
-        builder = (
-            InProcessBuilder(timeout_s=settings.builder_timeout_s, fence=fence, **common)
-            if env.builder == "local"
-            else RayBuilder(timeout_s=settings.builder_timeout_s, pause=pause, **common)
-        )
-        runner = FarmRunner(
-            FarmRunnerConfig(
-                tracker=env.tracker,
-                board_key=env.board_key or job.target.board_key,
-                session_timeout_s=settings.runner_timeout_s,
-                device_wait_s=settings.device_wait_s,
-                fence_host=env.fence_host,
-                max_workers=1 if env.fence_host or fence is not None else max(1, env.boards),
-            ),
-            avoid=env.avoid,
-            stats=stats,
-            fence=fence,
-            pause=pause,
-        )
-        preload_tensor_intrin()  # the first TuneContext imports it: minutes in a loaded process otherwise
-        # A task's first batch is drawn at random while nothing can guide it (workers/tuning/first_batch.py).
-        strategy = (
-            warm.strategy
-            if warm
-            else first_batch_strategy(lambda: guides(settings.cost_model), population=settings.population)
-        )
-        with own_hold or contextlib.nullcontext(), _work_dir() as work_dir:
-            contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-                [extracted[i.index] for i in todo],
-                work_dir,
-                strategy=strategy,
-                seed=settings.seed,
-                num_threads=search_threads(),
-            )
-            callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _progress_callback(on_batch)]
-            current = {"task": ""}
-            names = [i.name for i in todo]
-            callbacks.append(_curve_callback(stats, names.__getitem__ if auto else lambda _id: current["task"]))
-            if auto:
-                from workers.tuning.auto import run_auto
+            def on_total(n: int) -> None:
+                done["n"] = from_records + n
+                reporter.report(done["n"])
 
-                stop, measured = run_auto(
-                    job, todo, contexts, weights, stats, stored_best, from_records, env.baseline,
-                    work_dir=work_dir, builder=builder, runner=runner, database=warm.database if warm else db,
-                    cost_model=warm.cost_model if warm else settings.cost_model, measure_callbacks=callbacks,
-                    module_equality=settings.module_equality,
-                )  # fmt: skip
-            per_task = [] if auto else list(zip(todo, contexts, weights, strict=True))
-            for info, ctx, weight in per_task:
-                trials = alloc[info.name] - covered[info.name]
-                before = done["n"]
-                current["task"] = info.name
-                try:
-                    ms.tune_tasks(
-                        tasks=[ctx],
-                        task_weights=[weight],
-                        work_dir=work_dir,
-                        max_trials_global=trials,
-                        max_trials_per_task=trials,
-                        num_trials_per_iter=min(settings.num_trials_per_iter, trials),
-                        builder=builder,
-                        runner=runner,
-                        database=warm.database if warm else db,
-                        cost_model=warm.cost_model if warm else settings.cost_model,
-                        measure_callbacks=callbacks,
-                        task_scheduler="round-robin",
-                        module_equality=settings.module_equality,
-                    )
-                except Exception as exc:  # a search that crashes (apache/tvm#18380) is this task's outcome
-                    stats.fail("search", f"{info.name}: {one_line(exc)}")
-                measured[info.name] = done["n"] - before
-        runner.shutdown()
+            searched, parallel = search_apart(
+                job, env, groups, target, trials=trials, stats=stats, stored_best=stored_best,
+                on_total=on_total, build_hold=build_hold,
+            )  # fmt: skip
+            parallel = {"asked": asked, **parallel}
+            done["n"] = from_records + sum(searched.measured.values())  # the tally's last count may lag
+            reporter.report(done["n"])
+        else:
+            searched = search(
+                job, env, todo_tasks, db=db, trials=trials, stats=stats, stored_best=stored_best,
+                from_records=from_records, on_batch=on_batch, build_hold=build_hold,
+            )  # fmt: skip
+        measured, warm = searched.measured, searched.warm
+        if auto and searched.stop is not None:
+            stop = searched.stop
     tuning_s = time.perf_counter() - started
 
     tasks, misses = [], []
@@ -387,9 +296,10 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
         "cost_model": settings.cost_model,
         "seed": settings.seed,
         "database": db_kind,
-        "warm_start": warm_provenance(warm, settings),
+        "warm_start": warm,
         "curve": stats.curve({i.name: i.weight for i in infos}, stored_best, from_records),
         **(stop or {}),
+        **({"search": parallel} if parallel else {}),
     }
     if misses:
         raise TuningMiss(

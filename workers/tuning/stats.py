@@ -70,6 +70,21 @@ class TuningStats:
         with self._lock:
             self.trials.extend(batch)
 
+    def absorb(self, times: dict[str, float], failed: dict[str, int], errors: list[str]) -> None:
+        """Add another search's seconds, failed trials and sample errors (a group of a parallel search)."""
+        with self._lock:
+            for what, seconds in times.items():
+                self.times[what] = self.times.get(what, 0.0) + seconds
+            self.failed.update(failed)
+            for line in errors:
+                if len(self.errors) < MAX_ERRORS and line not in self.errors:
+                    self.errors.append(line)
+
+    def add_trials(self, trials: list[tuple[float, str, float | None]]) -> None:
+        """Add trials recorded elsewhere, on this run's clock, in the order they finished."""
+        with self._lock:
+            self.trials.extend(sorted(trials, key=lambda trial: trial[0]))
+
     def trials_so_far(self) -> list[tuple[float, str, float | None]]:
         """A copy of the trials recorded so far (seconds, task, mean run seconds or None)."""
         with self._lock:
