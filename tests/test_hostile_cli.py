@@ -454,3 +454,23 @@ def test_tuning_import_of_a_missing_folder_or_bad_lines_names_them(tmp_path: Pat
         lines = _lines_of(result)
         assert result.exit_code == 2 and len(lines) == 1, result.output
         assert f"{records}:2: " in lines[0] and expected in lines[0] and "Check failed" not in lines[0], lines[0]
+
+
+# --- output that cannot be written -------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_output_to_a_full_disk_is_one_line_and_a_gone_reader_is_quiet(home: Path) -> None:
+    for args in (["targets", "list"], ["targets", "list", "--json"]):
+        with open("/dev/full", "w") as full:  # every write: ENOSPC, as a redirection to a full disk
+            done = subprocess.run([TVMBENCH, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.strip() == "error: could not write the output: No space left on device", done.stderr
+        # A reader that is gone before the first write (`| head` that has read enough): no traceback either.
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            done = subprocess.run([TVMBENCH, *args], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+        finally:
+            os.close(write_end)
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr

@@ -4,11 +4,20 @@ Ctrl-C or SIGTERM at any moment, even while the CLI's modules are still being im
 so), ends with one line and exit status 130 (Ctrl-C) or 143 (SIGTERM), never a traceback. Writes are
 transactions, so an interrupted command leaves whole rows or none. A running
 sweep says more: that finished jobs are stored and how to resume (tvmbench/cli/sweep.py).
+
+Output that cannot be written is no traceback either: a reader that went away (``| head``) ends the
+command quietly (click's own handling, exit 1); a full disk or a failing device under a redirection is one
+line on stderr and exit 1.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
+
+# Errors of writing the output itself (stdout redirected to a full disk, a quota, a dying device).
+OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
 
 
 def _interrupted(exc: BaseException) -> None:
@@ -30,12 +39,27 @@ def main() -> None:
         app()
     except KeyboardInterrupt as exc:  # during the imports, before typer runs
         _interrupted(exc)
+    except OSError as exc:
+        if exc.errno not in OUTPUT_ERRNOS:
+            raise
+        _discard_stdout()
+        sys.stderr.write(f"error: could not write the output: {exc.strerror or exc}\n")
+        raise SystemExit(1) from None
     except SystemExit as exc:
         # typer turns an interrupt inside a command into a silent Exit(130): say it, with the right status.
         cause = _interrupt_cause(exc)
         if cause is not None:
             _interrupted(cause)
         raise
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null: what is still buffered would fail again when Python flushes it at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no stdout to point anywhere
+        pass
 
 
 def _interrupt_cause(exc: BaseException) -> KeyboardInterrupt | None:
