@@ -19,7 +19,7 @@ from sqlalchemy import select
 
 from db import models as m
 from db.store import ResultStore
-from orchestrator.spec import SpecError, SweepSpec, parse_spec
+from orchestrator.spec import SpecError, SweepSpec, parse_spec, sweep_text
 
 
 def resume_spec(store: ResultStore, sweep: Any) -> tuple[SweepSpec, list[str]]:
@@ -44,7 +44,7 @@ def resume_spec(store: ResultStore, sweep: Any) -> tuple[SweepSpec, list[str]]:
     notes = []
     if where.is_file():
         try:
-            current = where.read_text()
+            current = sweep_text(where)
         except (OSError, UnicodeDecodeError):
             current = None
         if current != sweep.source:

@@ -28,7 +28,7 @@ from typing import Any
 from db.lookup import pick_prefix
 from db.urls import redact, shown_url
 from orchestrator.farm import FarmError, wait_until
-from orchestrator.spec import SpecError, load_spec
+from orchestrator.spec import SpecError, load_spec, sweep_text
 from tvmbench.core import liveness
 from tvmbench.core.errors import one_line
 from tvmbench.core.records import FINAL_STATUSES, PENDING_STATUSES
@@ -61,7 +61,7 @@ def stage_sweep(sweep_file: Path, dest: Path) -> str:
     common ancestor of the sweep file and its models, so the same relative paths resolve on the cluster.
     """
     sweep_file = sweep_file.resolve()
-    data = tomllib.loads(sweep_file.read_text())
+    data = tomllib.loads(sweep_text(sweep_file))
     base = sweep_file.parent
     models = []
     for i, table in enumerate(data.get("models", [])):

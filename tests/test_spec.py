@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.spec import SpecError, load_spec, parse_spec
+from orchestrator.spec import SpecError, load_spec, parse_spec, sweep_text
 from tests.conftest import write_sweep
 from workers import model_zoo
 
@@ -35,6 +35,16 @@ def test_valid_spec_resolves_models_targets_and_axes(models_dir: Path) -> None:
     assert spec.executors == ("vm-bytecode", "vm-compiled")
     assert spec.opt_levels == (0, 2)
     assert spec.pipelines == ("per-target",)
+
+
+def test_a_sweep_file_saved_with_a_byte_order_mark_is_the_same_sweep(models_dir: Path) -> None:
+    text = GOOD.format(model="tiny_cnn.onnx").replace("\n", "\r\n")  # as a Windows editor saves it
+    plain, marked = models_dir / "plain.toml", models_dir / "marked.toml"
+    plain.write_bytes(text.encode())
+    marked.write_bytes(b"\xef\xbb\xbf" + text.encode())  # UTF-8's byte-order mark
+    assert load_spec(marked).sweep_id == load_spec(plain).sweep_id
+    # What `sweep resume` and `sweep submit` read again is the same text, the mark left out.
+    assert load_spec(marked).source == sweep_text(marked) == text.replace("\r\n", "\n")
 
 
 def test_bundled_model_by_name(tmp_path: Path) -> None:

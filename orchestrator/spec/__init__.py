@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from orchestrator.spec.checks import SpecError
-from orchestrator.spec.sweep import SweepSpec, load_spec, parse_spec
+from orchestrator.spec.sweep import SweepSpec, load_spec, parse_spec, sweep_text
 from orchestrator.spec.tuning import MAX_TUNING_BUDGET
 
-__all__ = ["MAX_TUNING_BUDGET", "SpecError", "SweepSpec", "load_spec", "parse_spec"]
+__all__ = ["MAX_TUNING_BUDGET", "SpecError", "SweepSpec", "load_spec", "parse_spec", "sweep_text"]

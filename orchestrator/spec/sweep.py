@@ -293,6 +293,11 @@ def check_tuned_toolchains(toolchains: tuple[str, ...], tuning: TuningSettings) 
         )
 
 
+def sweep_text(path: Path) -> str:
+    """A sweep file's text: UTF-8 whatever the locale, without the byte-order mark Windows editors write."""
+    return path.read_text(encoding="utf-8-sig")
+
+
 def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:
     """Read and validate a sweep file; ``label`` (if given) overrides the file's, making a new sweep."""
     path = Path(path)
@@ -300,7 +305,7 @@ def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:
         what = "no such sweep file" if not path.exists() and not path.is_symlink() else describe_missing(path)
         raise SpecError(f"{path}: {what}; give the path to a .toml file")
     try:
-        text = path.read_text()
+        text = sweep_text(path)
     except UnicodeDecodeError:
         raise SpecError(f"{path}: not a text file; a sweep file is TOML") from None
     # The absolute path is stored with the sweep: `sweep resume` then works from any directory.
