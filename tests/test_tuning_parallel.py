@@ -60,7 +60,6 @@ def test_split_balances_the_cost_and_keeps_every_group_busy() -> None:
 
 def test_the_search_stays_one_where_groups_could_only_wait_on_each_other() -> None:
     elsewhere = TuningEnv(tracker="t", database={"kind": "sql", "url": "sqlite://"})
-    assert why_not_parallel(1, elsewhere, 10) is None  # not asked: nothing to say
     assert why_not_parallel(4, elsewhere, 10) is None
     assert why_not_parallel(4, elsewhere, 1) == "one task to tune"
     fenced = TuningEnv(tracker="t", database={"kind": "sql", "url": "sqlite://"}, fence_host="me")

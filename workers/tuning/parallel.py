@@ -36,9 +36,7 @@ SHARED_STOPS = ("until", "max_trials", "max_minutes")
 
 
 def why_not_parallel(asked: int, env: Any, tasks: int) -> str | None:
-    """Why ``asked`` search workers come down to one for this build (None: they do not)."""
-    if asked <= 1:
-        return None
+    """Why ``asked`` (> 1) search workers come down to one for this build; None: they do not."""
     if tasks < 2:
         return "one task to tune"
     if env.builder != "ray":

@@ -224,14 +224,11 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     warm = warm_provenance(None, settings)
     parallel: dict[str, Any] | None = None
     if todo:
-        todo_tasks = [(info, extracted[info.index]) for info in todo]
         trials = {info.name: alloc[info.name] - covered[info.name] for info in todo}
         asked = settings.search_workers
-        why = why_not_parallel(asked, env, len(todo))
-        if why is None and auto and _stored_stop(job, todo, stored_best, env.baseline):
+        why = why_not_parallel(asked, env, len(todo)) if asked > 1 else None
+        if asked > 1 and why is None and auto and _stored_stop(job, todo, stored_best, env.baseline):
             why = "the stored records already meet the until rule"
-        if asked > 1:
-            parallel = {"asked": asked, "workers": 1, **({"why": why} if why else {})}
         if asked > 1 and why is None:
             # Fixed budgets split by trials; the auto budget's scheduler spends where weight x FLOPs is.
             cost = {i.name: i.weight * i.flops if auto else float(trials[i.name]) for i in todo}
@@ -241,17 +238,19 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
                 done["n"] = from_records + n
                 reporter.report(done["n"])
 
-            searched, parallel = search_apart(
+            searched, spread = search_apart(
                 job, env, groups, target, trials=trials, stats=stats, stored_best=stored_best,
                 on_total=on_total, build_hold=build_hold,
             )  # fmt: skip
-            parallel = {"asked": asked, **parallel}
+            parallel = {"asked": asked, **spread}
             done["n"] = from_records + sum(searched.measured.values())  # the tally's last count may lag
             reporter.report(done["n"])
         else:
+            if asked > 1:
+                parallel = {"asked": asked, "workers": 1, "why": why}
             searched = search(
-                job, env, todo_tasks, db=db, trials=trials, stats=stats, stored_best=stored_best,
-                from_records=from_records, on_batch=on_batch, build_hold=build_hold,
+                job, env, [(info, extracted[info.index]) for info in todo], db=db, trials=trials, stats=stats,
+                stored_best=stored_best, from_records=from_records, on_batch=on_batch, build_hold=build_hold,
             )  # fmt: skip
         measured, warm = searched.measured, searched.warm
         if auto and searched.stop is not None:
