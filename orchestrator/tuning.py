@@ -123,7 +123,8 @@ def plan_baseline(store: ResultStore, jobs: list[Job], job: Job, sweep_id: str) 
 def stored_records_count(database: dict[str, str], job: Job, mods: list[Any]) -> list[int]:
     """Trials already stored for each task module (0 where nothing is stored yet; the SQL store counts
     failed trials too, other databases their successful records)."""
-    from workers.tuning.stage import TuningEnv, open_database, tuning_target
+    from workers.tuning.search import open_database
+    from workers.tuning.stage import TuningEnv, tuning_target
 
     if database.get("kind") == "json" and not Path(database["path"]).is_dir():
         return [0 for _ in mods]  # nothing stored yet; a plan creates no folders

@@ -147,8 +147,7 @@ def _search_group(
     from tvm.target import Target
 
     from workers.fence import WorkHold, local_fence
-    from workers.tuning.search import candidate_fence, search
-    from workers.tuning.stage import open_database
+    from workers.tuning.search import candidate_fence, open_database, search
 
     started = time.time()
     target = Target(json.loads(target_json))

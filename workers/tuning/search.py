@@ -8,6 +8,7 @@ search (workers/tuning/parallel.py) calls it once per group of tasks, each group
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -97,9 +98,44 @@ def search_threads() -> int | str:
     logical CPUs (on a 2-core machine both are the same).
     """
     import importlib.util
-    import os
 
     return "physical" if importlib.util.find_spec("psutil") is not None else max(1, os.cpu_count() or 1)
+
+
+def open_database(
+    env: Any,
+    module_equality: str,
+    target: Any,
+    board_key: str,
+    *,
+    model_name: str | None = None,
+    source: str | None = None,
+) -> tuple[Any, str]:
+    """The records' MetaSchedule database and its kind for the provenance: "sql", "json" or "memory".
+
+    ``env``: the build's ``TuningEnv`` (its ``database``: kind and path or URL).
+    ``model_name`` and ``source`` label what the SQL store keeps (`tuning export --model`, provenance).
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    kind = env.database.get("kind", "memory")
+    if kind == "sql":
+        from workers.tuning.database import SqlTuningDatabase
+
+        db = SqlTuningDatabase(
+            env.database["url"],
+            target=target,
+            board_key=board_key,
+            module_equality=module_equality,
+            model_name=model_name,
+            source=source,
+        )
+        return db, "sql"
+    if kind == "json":
+        path = env.database["path"]
+        os.makedirs(path, exist_ok=True)
+        return ms.database.JSONDatabase(work_dir=path, module_equality=module_equality), "json"
+    return ms.database.MemoryDatabase(module_equality=module_equality), "memory"
 
 
 def candidate_fence(env: Any) -> str | None:

@@ -97,41 +97,6 @@ def tuning_target(tvm_target: dict[str, Any], settings: TuningSettings) -> Any:
     return Target(spec)
 
 
-def open_database(
-    env: TuningEnv,
-    module_equality: str,
-    target: Any,
-    board_key: str,
-    *,
-    model_name: str | None = None,
-    source: str | None = None,
-) -> tuple[Any, str]:
-    """The records' MetaSchedule database and its kind for the provenance: "sql", "json" or "memory".
-
-    ``model_name`` and ``source`` label what the SQL store keeps (`tuning export --model`, provenance).
-    """
-    from tvm.s_tir import meta_schedule as ms
-
-    kind = env.database.get("kind", "memory")
-    if kind == "sql":
-        from workers.tuning.database import SqlTuningDatabase
-
-        db = SqlTuningDatabase(
-            env.database["url"],
-            target=target,
-            board_key=board_key,
-            module_equality=module_equality,
-            model_name=model_name,
-            source=source,
-        )
-        return db, "sql"
-    if kind == "json":
-        path = env.database["path"]
-        os.makedirs(path, exist_ok=True)
-        return ms.database.JSONDatabase(work_dir=path, module_equality=module_equality), "json"
-    return ms.database.MemoryDatabase(module_equality=module_equality), "memory"
-
-
 def _best_us(db: Any, mod: Any) -> tuple[float | None, int]:
     """(best mean latency in µs, trials stored) of a task's workload in ``db``.
 
@@ -177,7 +142,7 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     from workers.tuning.parallel import search_apart, split, why_not_parallel
     from workers.tuning.preload import preload_tensor_intrin
     from workers.tuning.progress import FileProgress, ProgressReporter
-    from workers.tuning.search import search
+    from workers.tuning.search import open_database, search
     from workers.tuning.warm_start import warm_provenance
 
     preload_tensor_intrin()  # the first TuneContext imports it; TVMScript's inspect.stack() made that minutes
