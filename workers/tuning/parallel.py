@@ -147,7 +147,7 @@ def _search_group(
     from tvm.target import Target
 
     from workers.fence import WorkHold, local_fence
-    from workers.tuning.search import candidate_fence, open_database, search
+    from workers.tuning.search import candidate_fence, open_build_database, search
 
     started = time.time()
     target = Target(json.loads(target_json))
@@ -155,15 +155,7 @@ def _search_group(
     for info, mod_json in tasks:
         mod = tvm.ir.load_json(mod_json)
         extracted.append((info, ms.ExtractedTask(info.name, mod, target, [mod], info.weight)))
-    settings = job.tuning_settings
-    db, _ = open_database(
-        env,
-        settings.module_equality,
-        target,
-        job.target.board_key,
-        model_name=job.model.name,
-        source=f"build {job.build_key(tvm.__version__)[:16]}",
-    )
+    db, _ = open_build_database(env, job, target)
     # On the build's clock (the nodes' clocks taken to agree): the trials' seconds are the build's, and
     # max_minutes counts from the build's start even for a group that waited for a CPU.
     stats = TuningStats()

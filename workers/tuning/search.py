@@ -138,6 +138,17 @@ def open_database(
     return ms.database.MemoryDatabase(module_equality=module_equality), "memory"
 
 
+def open_build_database(env: Any, job: Job, target: Any) -> tuple[Any, str]:
+    """``open_database`` for a build of ``job``: its scope, and its model and build as the records' labels."""
+    import tvm
+
+    source = f"build {job.build_key(tvm.__version__)[:16]}"
+    settings = job.tuning_settings
+    return open_database(
+        env, settings.module_equality, target, job.target.board_key, model_name=job.model.name, source=source
+    )
+
+
 def candidate_fence(env: Any) -> str | None:
     """The fence host candidate builds hold: the driver's machine's whatever the key (a build there slows
     any board on its cores), else the key's own (a ``TuningEnv`` made without ``machine_fence``)."""

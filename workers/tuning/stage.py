@@ -142,7 +142,7 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     from workers.tuning.parallel import search_apart, split, why_not_parallel
     from workers.tuning.preload import preload_tensor_intrin
     from workers.tuning.progress import FileProgress, ProgressReporter
-    from workers.tuning.search import open_database, search
+    from workers.tuning.search import open_build_database, search
     from workers.tuning.warm_start import warm_provenance
 
     preload_tensor_intrin()  # the first TuneContext imports it; TVMScript's inspect.stack() made that minutes
@@ -152,14 +152,7 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     with target:
         fused = front(mod)
     extracted, infos = extract(fused, target, settings.module_equality)
-    db, db_kind = open_database(
-        env,
-        settings.module_equality,
-        target,
-        job.target.board_key,
-        model_name=job.model.name,
-        source=f"build {job.build_key(tvm.__version__)[:16]}",
-    )
+    db, db_kind = open_build_database(env, job, target)
     alloc, _basis = allocate(infos, job.tuning, settings.max_trials_per_task, profile_shares(env.profile))
 
     covered = {}
