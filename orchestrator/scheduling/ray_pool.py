@@ -1,8 +1,9 @@
 """The production pool: builds and measurements as Ray tasks, with the sweep's actors.
 
-Builds take one CPU each and are placed with Ray's SPREAD strategy, so a cluster's nodes take turns
-(Ray's default packs tasks onto the driver's node while it has room, so which nodes built depended on
-when each task was submitted); a worker that dies mid-build is re-run by Ray (a build is a pure
+Builds take one CPU each and go to the node with the most CPUs free of this sweep's builds
+(workers/placement.py), so a cluster's nodes take turns whatever the moment: Ray's default packs tasks
+onto the driver's node, and even SPREAD let one node's worker take every build of a short sweep while
+the other node's worker started. A worker that dies mid-build is re-run by Ray (a build is a pure
 function of its inputs). Measurements take no CPU (the
 board does the work) and are not retried by Ray: the scheduler decides (MAX_ATTEMPTS). A sliver of a
 custom resource (``farm_resource``) pins measurements to the node(s) that reach the farm. The actors:
@@ -16,6 +17,7 @@ import contextlib
 from typing import Any
 
 from orchestrator.scheduling.tasks import BuildItem, MeasureItem, build_on_node, measure_on_node
+from workers.placement import NodeSlots, cpu_nodes, on_node
 
 SMALL_BYTES = 64 * 1024  # values smaller than this travel inline with the task (no object store round trip)
 
@@ -30,7 +32,9 @@ class RayPool:
         from workers.tuning.progress import create_progress, progress_name
 
         self.ray = ray
-        self._build = ray.remote(num_cpus=1, max_retries=2, scheduling_strategy="SPREAD")(build_on_node)
+        self._build = ray.remote(num_cpus=1, max_retries=2)(build_on_node)
+        self._nodes = NodeSlots()
+        self._build_node: dict[Any, str | None] = {}  # build handle -> the node it was sent to
         measure = ray.remote(num_cpus=0, max_retries=0)(measure_on_node)
         self._measure = measure.options(resources={farm_resource: 0.001}) if farm_resource else measure
         # The cluster's CPUs, not those free at this instant: a task or actor that happens to hold one as
@@ -57,7 +61,13 @@ class RayPool:
         self._index = start_index(known)
 
     def submit_builds(self, items: list[BuildItem]) -> Any:
-        return self._build.remote(items, self._index if any(i.reuse for i in items) else None)
+        self._nodes.refresh(cpu_nodes())  # nodes join and leave a cluster during a sweep
+        node = self._nodes.pick()
+        build = self._build.options(scheduling_strategy=on_node(node))
+        handle = build.remote(items, self._index if any(i.reuse for i in items) else None)
+        self._nodes.started(node)
+        self._build_node[handle] = node
+        return handle
 
     def submit_measures(self, items: list[MeasureItem]) -> Any:
         return self._measure.remote(items)
@@ -69,6 +79,7 @@ class RayPool:
         return done
 
     def result(self, handle: Any) -> list[Any]:
+        self._nodes.finished(self._build_node.pop(handle, None))
         return self.ray.get(handle)
 
     def tuning_progress(self) -> dict[str, tuple[int, int]] | None:

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from workers.placement import NodeSlots, cpu_nodes, on_node
 from workers.tuning.stats import TuningStats
 from workers.tuning.tasks import TaskInfo
 
@@ -215,10 +216,17 @@ def search_apart(
 
     began_at = time.time() - (time.perf_counter() - stats.started)  # the wall time of ``stats``'s zero
     tally = ray.remote(num_cpus=0)(Tally).remote(len(groups))
-    remote = ray.remote(num_cpus=1, max_retries=0, scheduling_strategy="SPREAD")(_search_group)
+    remote = ray.remote(num_cpus=1, max_retries=0)(_search_group)
     boards = max(1, env.boards // len(groups))  # each group times on its share of the key's boards
+    nodes = NodeSlots(cpu_nodes())
+
+    def placed() -> Any:  # the groups go to the nodes in turn, most CPUs first (workers/placement.py)
+        node = nodes.pick()
+        nodes.started(node)
+        return remote.options(scheduling_strategy=on_node(node))
+
     refs = [
-        remote.remote(
+        placed().remote(
             job,
             env,
             g,
