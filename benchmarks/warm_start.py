@@ -15,6 +15,10 @@ the measured medians of the two programs are printed beside it. One run of each:
 a shared machine, so read the figures as one draw, and say how loaded the machine was.
 
     PYTHONPATH=. python benchmarks/warm_start.py --budget 64
+
+``--model light_squeezenet`` (or light_shufflenet) measures one of the onnx package's CNNs instead: the
+target is the model as shipped (224x224), the source the same model at ``--source-size`` (160 by default),
+whose convolutions are of the same shape class and none of the same workload.
 """
 
 from __future__ import annotations
@@ -95,6 +99,40 @@ def run(work: Path, name: str, model: Path, db: str, warm: bool, args: argparse.
     return out
 
 
+def resized(model: Any, size: int) -> Any:
+    """One of the onnx package's light CNNs for a ``size`` x ``size`` input instead of 224 x 224.
+
+    Squeezenet ends in a global pool and takes any size once its input says so; shufflenet's channel
+    shuffles reshape to fixed spatial sizes (56, 28, 14, 7: the input / 4 ... / 32) and its last pool is
+    7 x 7, so those follow the input too. ``size`` must be a multiple of 32.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    if size % 32:
+        raise SystemExit(f"--source-size {size}: must be a multiple of 32 (the nets downsample 32x)")
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    spatial = {224 // f: size // f for f in (4, 8, 16, 32)}
+    weights = {t.name: i for i, t in enumerate(model.graph.initializer)}
+    for value in model.graph.input:
+        if value.name not in weights:
+            dims = value.type.tensor_type.shape.dim
+            dims[2].dim_value, dims[3].dim_value = size, size
+    for node in model.graph.node:
+        if node.op_type == "Reshape" and node.input[1] in weights:
+            shape = numpy_helper.to_array(model.graph.initializer[weights[node.input[1]]]).copy()
+            if len(shape) >= 4:
+                shape[-2:] = [spatial.get(int(d), int(d)) for d in shape[-2:]]
+                model.graph.initializer[weights[node.input[1]]].CopyFrom(numpy_helper.from_array(shape, node.input[1]))
+        if node.op_type == "AveragePool":
+            for attr in node.attribute:
+                if attr.name == "kernel_shape" and list(attr.ints) == [7, 7]:
+                    attr.ints[:] = [size // 32] * 2
+    del model.graph.value_info[:]
+    onnx.checker.check_model(onnx.shape_inference.infer_shapes(model, strict_mode=True))
+    return model
+
+
 def _f(value: Any, spec: str = ".4g") -> str:
     return "-" if value is None else format(value, spec)
 
@@ -156,6 +194,8 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=64, help="trials per tuned job")
     parser.add_argument("--source", default="64x16", help="the source net: SIZExCHANNELS")
     parser.add_argument("--target", default="56x24", help="the target net: SIZExCHANNELS (same shape class)")
+    parser.add_argument("--model", default="small_convnet", help="small_convnet, light_squeezenet or light_shufflenet")
+    parser.add_argument("--source-size", type=int, default=160, help="a light model's source input size")
     parser.add_argument("--cost-model", default=None, help="xgb (default when installed), random or mlp")
     parser.add_argument("--trials-per-iter", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
@@ -169,10 +209,17 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="tvmbench-warm-bench-"))
     models = {}
-    for role, shape in (("source", args.source), ("target", args.target)):
-        size, channels = (int(x) for x in shape.lower().split("x"))
-        models[role] = work / f"convnet_{size}x{channels}.onnx"
-        onnx.save(model_zoo.small_convnet(size=size, channels=channels), models[role])
+    if args.model.startswith("light_"):
+        shipped = onnx.load(Path(onnx.__file__).parent / "backend/test/data/light" / f"{args.model}.onnx")
+        models["target"] = work / f"{args.model}_224.onnx"
+        models["source"] = work / f"{args.model}_{args.source_size}.onnx"
+        onnx.save(shipped, models["target"])
+        onnx.save(resized(shipped, args.source_size), models["source"])
+    else:
+        for role, shape in (("source", args.source), ("target", args.target)):
+            size, channels = (int(x) for x in shape.lower().split("x"))
+            models[role] = work / f"convnet_{size}x{channels}.onnx"
+            onnx.save(model_zoo.small_convnet(size=size, channels=channels), models[role])
     print(f"{work}: budget {args.budget}, cost model {args.cost_model}, {os.cpu_count()} cores, load {os.getloadavg()}")
     cold = run(work, "cold", models["target"], f"sqlite:///{work / 'cold.db'}", False, args)
     warm_db = f"sqlite:///{work / 'warm.db'}"

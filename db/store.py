@@ -208,6 +208,12 @@ class ResultStore:
             )
         )
 
+    def refuse_a_second_driver(self, sweep_id: str) -> None:
+        """SweepBusy if another live process drives the sweep (begin_sweep checks again, in its transaction)."""
+        row = self._read(lambda s: s.get(m.Sweep, sweep_id))
+        if row is not None:
+            writes.refuse_a_second_driver(row)
+
     def heartbeat(self, sweep_id: str) -> None:
         """The driver is alive: refresh its heartbeat (tvmbench/core/liveness.py reads it)."""
         self._write(lambda s: writes.heartbeat(s, sweep_id))

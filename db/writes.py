@@ -17,10 +17,35 @@ from db import models as m
 from db.lookup import resolve_prefix
 from db.rows import build_values, job_values, model_values, now, run_values
 from db.upserts import conflict_insert, insert_ignore, upsert
-from tvmbench.core import records
+from tvmbench.core import liveness, records
 from tvmbench.core.health import next_state
 
 # --- sweeps and jobs -----------------------------------------------------------------------------
+
+
+class SweepBusy(RuntimeError):
+    """The sweep has a live driver already: a second one would build and measure the same jobs beside it."""
+
+
+def refuse_a_second_driver(row: m.Sweep) -> None:
+    """Raise SweepBusy when ``row`` is being run by another process that is still alive.
+
+    Two drivers of one sweep would race for the same boards and jobs (both see them pending) and the
+    first one's heartbeat would be overwritten, so `sweep status` could no longer tell it was alive.
+    A driver that is gone (tvmbench/core/liveness.py), and a row from before drivers were recorded,
+    are taken over, as a resume after a crash must be.
+    """
+    if row.status not in liveness.ACTIVE_STATUSES:
+        return
+    if row.driver_host == socket.gethostname() and row.driver_pid == os.getpid():
+        return  # this process (the Python API running it again)
+    if liveness.driver_gone(row.driver_host, row.driver_pid, row.heartbeat_at) is not False:
+        return
+    raise SweepBusy(
+        f"sweep {row.id} is already being run by process {row.driver_pid} on {row.driver_host}: wait for it "
+        f"(`tvmbench results sweeps` shows it running), or stop it with `tvmbench sweep cancel {row.id}` "
+        "and run this again to finish what it left"
+    )
 
 
 def begin_sweep(
@@ -61,6 +86,7 @@ def begin_sweep(
     }
     new = insert_ignore(s, m.Sweep, sweep, ["id"])
     if not new:
+        refuse_a_second_driver(s.get_one(m.Sweep, sweep_id, with_for_update=True))
         s.execute(update(m.Sweep).where(m.Sweep.id == sweep_id).values(status="running", **driver))
     # Jobs are inserted even when the sweep existed: a row lost to a crash between the two
     # inserts is recreated, and rows already there are left alone. One statement for all of them.

@@ -201,3 +201,95 @@ def test_old_database_without_driver_facts_opens_and_reads(tmp_path: Path) -> No
     assert listed.exit_code == 0, listed.output
     (row,) = json.loads(listed.output)
     assert row["status"] == "running" and row["driver"] is None and row["resume"] is None, row
+
+
+class _LiveDriver:
+    """A child process that begins ``sweep_id`` (its driver) and stays alive until ``stop()``."""
+
+    def __init__(self, url: str, sweep_id: str) -> None:
+        code = (
+            "import sys; from db.store import ResultStore; from tests.test_store_backends import begin; "
+            f"begin(ResultStore({url!r}), {sweep_id!r}); print('begun', flush=True); sys.stdin.read()"
+        )
+        self.child = subprocess.Popen(
+            [sys.executable, "-c", code],
+            cwd=Path(__file__).parent.parent,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        line = self.child.stdout.readline()  # EOF (not a hang) if the child fails
+        assert line.strip() == "begun", self.child.stderr.read()[-2000:]
+
+    def stop(self) -> None:
+        self.child.stdin.close()
+        self.child.wait(timeout=60)
+
+
+def test_a_second_driver_is_refused_while_the_first_lives_and_takes_over_once_it_is_gone(db_url: str) -> None:
+    from db.writes import SweepBusy
+
+    store = ResultStore(db_url)
+    driver = _LiveDriver(db_url, "busy00000001")
+    try:
+        try:
+            begin(store, "busy00000001")
+            raise AssertionError("a second driver began a sweep whose driver is alive")
+        except SweepBusy as exc:
+            message = str(exc)
+        assert f"process {driver.child.pid} on {HERE}" in message, message
+        assert "tvmbench sweep cancel busy00000001" in message, message
+        assert store.get_sweep("busy00000001").driver_pid == driver.child.pid  # the first driver's row is kept
+    finally:
+        driver.stop()
+    assert begin(store, "busy00000001") is False  # its driver is gone: taken over, as a resume after a crash
+    assert store.get_sweep("busy00000001").driver_pid == os.getpid()
+
+    # A driver on another host (a Ray cluster node) is judged by its heartbeat.
+    def driven_from(host: str, beat_age: timedelta, status: str = "running") -> None:
+        with store._tx() as s:
+            s.execute(
+                update(m.Sweep)
+                .where(m.Sweep.id == "busy00000001")
+                .values(driver_host=host, driver_pid=1, heartbeat_at=datetime.now(UTC) - beat_age, status=status)
+            )
+
+    driven_from("node-7", timedelta(seconds=1))
+    try:
+        begin(store, "busy00000001")
+        raise AssertionError("a second driver began a sweep driven from another host a second ago")
+    except SweepBusy as exc:
+        assert "process 1 on node-7" in str(exc)
+    driven_from("node-7", timedelta(seconds=liveness.STALE_AFTER_S + 30))
+    assert begin(store, "busy00000001") is False
+    # A sweep that ended has no driver at work, whoever ran it last.
+    driven_from("node-7", timedelta(seconds=1), status="complete")
+    assert begin(store, "busy00000001") is False
+    store.close()
+
+
+def test_sweep_run_of_a_sweep_another_driver_runs_is_one_line_before_anything_starts(
+    tmp_path: Path, home: Path
+) -> None:
+    import onnx
+
+    from orchestrator.spec import load_spec
+    from tests.conftest import one_error_line, write_sweep
+    from workers import model_zoo
+
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "mlp.onnx")
+    sweep = write_sweep(tmp_path, '[[models]]\npath = "mlp.onnx"\n')
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    sweep_id = load_spec(sweep).sweep_id
+    driver = _LiveDriver(url, sweep_id)
+    try:
+        result = CliRunner().invoke(app, ["sweep", "run", str(sweep), "--db", url])
+        line = one_error_line(result, exit_code=1)
+        assert f"sweep {sweep_id} is already being run by process {driver.child.pid}" in line, line
+        assert "farm" not in result.output.replace(line, ""), result.output  # refused before a farm started
+        store = ResultStore(url)
+        assert store.get_sweep(sweep_id).driver_pid == driver.child.pid
+        store.close()
+    finally:
+        driver.stop()

@@ -32,7 +32,7 @@ from orchestrator.scheduling.measurements import FixedBoards
 from orchestrator.scheduling.pool import InlinePool
 from orchestrator.scheduling.run import execute_sweep, run_sweep
 from orchestrator.scheduling.tuning_turns import TuningTurns
-from orchestrator.spec import SweepSpec, load_spec
+from orchestrator.spec import SpecError, SweepSpec, load_spec
 from tests.conftest import write_sweep
 from tvmbench.core.records import AutoBudget, Build, Job, ModelRef, Run, TargetSpec
 from workers import model_zoo
@@ -179,6 +179,19 @@ def test_identical_programs_compile_once_and_share_the_artifact(tmp_path: Path, 
     assert len(builder.compiled) == 1 and outcome.built == 2 and outcome.codegen_skipped == 1, outcome
     builds = [store.get_build(j.build_key(TVM)) for j in plan_jobs(spec)]
     assert {b.artifact_sha256 for b in builds} == {builds[0].artifact_sha256} and builds[0].artifact_sha256
+
+
+def test_a_model_file_changed_after_it_was_read_is_refused_before_anything_is_recorded(
+    tmp_path: Path, store: ResultStore
+) -> None:
+    spec = make_spec(tmp_path, ("k",))
+    onnx.save(model_zoo.tiny_mlp(seed=1), tmp_path / "tiny_mlp.onnx")  # re-exported while the farm started
+    with pytest.raises(SpecError, match=r"tiny_mlp.onnx changed since the sweep file was read"):
+        sweep(spec, store, tmp_path, FakeBuilder(), FakeRunner())
+    assert store.get_sweep(spec.sweep_id) is None  # no rows claim the old model's hash
+    (tmp_path / "tiny_mlp.onnx").unlink()
+    with pytest.raises(SpecError, match=r"tiny_mlp.onnx: cannot be read now"):
+        sweep(spec, store, tmp_path, FakeBuilder(), FakeRunner())
 
 
 def test_a_follower_gets_the_leaders_run_with_equivalent_to(tmp_path: Path, store: ResultStore) -> None:

@@ -96,6 +96,7 @@ def run_sweep(
     if spec.toolchains and toolchains is None:
         toolchains = toolchain_axis.ensure(spec.toolchains, provision_missing=False)
     releases = {text: t.tvm_version for text, t in (toolchains or {}).items()}
+    model_data = spec.read_models()  # before anything is recorded: a file changed since it was read is refused
     todo, outcome = _begin(spec, store, jobs, tvm_version, reopen_cancelled, releases)
     if not todo:  # nothing left: no pool, no Ray
         Progress(outcome, progress).on_start(0, 0, 0)
@@ -118,6 +119,7 @@ def run_sweep(
         tvm_version,
         health_checks,
         toolchains,
+        model_data,
     )
     try:
         sweep.run(todo)
@@ -192,6 +194,7 @@ def execute_sweep(
     first missing one). FarmError when the farm cannot be started or ``farm_resource`` is offered by no Ray node.
     """
     cache = ArtifactCache(home / "artifacts")
+    store.refuse_a_second_driver(spec.sweep_id)  # before the farm and Ray start, not after
     if nothing_left(spec, store, reopen_cancelled):
         return run_sweep(  # no toolchain asked for: nothing is built
             spec, store, tracker or "", cache, progress=progress, reopen_cancelled=reopen_cancelled, toolchains={}

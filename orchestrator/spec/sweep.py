@@ -34,6 +34,7 @@ A sweep file looks like::
 
 from __future__ import annotations
 
+import hashlib
 import tomllib
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -87,6 +88,25 @@ class SweepSpec:
     toolchains: tuple[str, ...] = ()
     # The layout axis (LAYOUTS, in the order written); () without the axis.
     layouts: tuple[str, ...] = ()
+
+    def read_models(self) -> dict[str, bytes]:
+        """Each model file's bytes by sha256, checked against what was read when the file was loaded.
+
+        A file re-exported while the sweep started (the farm and Ray take seconds) would be built under
+        the old model's hash: its rows would claim a model that was never measured. SpecError instead.
+        """
+        data = {}
+        for sha, path in self.model_paths.items():
+            try:
+                data[sha] = path.read_bytes()
+            except OSError as exc:
+                raise SpecError(f"{path}: cannot be read now ({exc.strerror}); put it back and run again") from None
+            if hashlib.sha256(data[sha]).hexdigest() != sha:
+                raise SpecError(
+                    f"{path} changed since the sweep file was read (it was {sha[:12]}); run the sweep again "
+                    "to plan it for the file as it is now, or put the old file back"
+                )
+        return data
 
     @cached_property  # a frozen spec hashes to one id; a plan of 24,000 jobs asked for it per job (13 s)
     def sweep_id(self) -> str:
