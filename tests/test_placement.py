@@ -53,3 +53,4 @@ def test_a_node_that_left_is_not_picked_and_none_means_ray_decides() -> None:
     assert on_node(None) == "SPREAD"
     strategy = on_node("ab" * 28)
     assert (strategy.node_id, strategy.soft, strategy._spill_on_unavailable) == ("ab" * 28, True, True)
+    assert on_node("ab" * 28, spill=False)._spill_on_unavailable is False

@@ -4,8 +4,12 @@ Ray's SPREAD is best effort. A worker that finished its task takes the next queu
 function and resources without asking the scheduler again (lease reuse), so when another node's worker is
 slow to start, which on a loaded machine takes seconds, every build of a short sweep ran on the first
 node. The caller counts its own tasks per node and names the node (soft node affinity): placement no
-longer depends on how fast a worker starts. The affinity is soft and spills: a node that died, or whose
-CPUs something else holds, hands the task to the rest of the cluster, as SPREAD would.
+longer depends on how fast a worker starts. The affinity is soft: a node that died, or can never fit
+the task, hands it to the rest of the cluster. Whether a node that is only busy (another sweep's tasks
+hold its CPUs) hands it on too is the caller's choice: a sweep's builds do, so that a shared cluster's
+idle nodes are used; a parallel search's groups do not, because the tuned build that submits them holds
+a CPU of its own until it waits for them, and a group that spilled away from that node at that instant
+would make their placement a matter of timing again.
 """
 
 from __future__ import annotations
@@ -53,10 +57,13 @@ def cpu_nodes() -> dict[str, int]:
     }
 
 
-def on_node(node: str | None) -> Any:
-    """The scheduling strategy that sends a task to ``node`` (soft, spilling when it is busy); SPREAD if None."""
+def on_node(node: str | None, spill: bool = True) -> Any:
+    """The scheduling strategy that sends a task to ``node``; SPREAD if None.
+
+    Soft: elsewhere if the node is gone; with ``spill`` also while its CPUs are all taken.
+    """
     if node is None:
         return "SPREAD"
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return NodeAffinitySchedulingStrategy(node, soft=True, _spill_on_unavailable=True)
+    return NodeAffinitySchedulingStrategy(node, soft=True, _spill_on_unavailable=spill)

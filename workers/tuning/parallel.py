@@ -220,10 +220,10 @@ def search_apart(
     boards = max(1, env.boards // len(groups))  # each group times on its share of the key's boards
     nodes = NodeSlots(cpu_nodes())
 
-    def placed() -> Any:  # the groups go to the nodes in turn, most CPUs first (workers/placement.py)
+    def placed() -> Any:  # the groups go to the nodes in turn, most CPUs first; they wait for a busy one
         node = nodes.pick()
         nodes.started(node)
-        return remote.options(scheduling_strategy=on_node(node))
+        return remote.options(scheduling_strategy=on_node(node, spill=False))
 
     refs = [
         placed().remote(
