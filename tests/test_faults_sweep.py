@@ -23,6 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from db.store import ResultStore
+from db.writes import SweepBusy
 from orchestrator.farm import LocalFarm, wait_until
 from orchestrator.plan import plan_jobs
 from orchestrator.scheduler import build_on_node, run_sweep
@@ -199,8 +200,8 @@ def _submit(db_url: str, sweep_path: str, barrier, out) -> None:
     store = ResultStore(db_url)
     spec = load_spec(sweep_path)
     barrier.wait()
-    out.put(
-        store.begin_sweep(
+    try:
+        began = store.begin_sweep(
             spec.sweep_id,
             name=spec.name,
             label=spec.label,
@@ -210,7 +211,10 @@ def _submit(db_url: str, sweep_path: str, barrier, out) -> None:
             model_sizes={sha: p.stat().st_size for sha, p in spec.model_paths.items()},
             tvm_version="test",
         )
-    )
+        out.put("created" if began else "existed")
+    except SweepBusy:
+        out.put("refused")
+    barrier.wait()  # both drivers stay alive until both have tried: the first is alive when the second asks
     store.close()
 
 
@@ -228,7 +232,8 @@ def test_same_sweep_submitted_twice_at_once_is_one_sweep(tmp_path: Path, models_
     for p in procs:
         p.join(120)
     assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
-    assert sorted([out.get(timeout=5), out.get(timeout=5)]) == [False, True]  # exactly one created it
+    # Exactly one created it and became its driver; the other, while that one lives, is refused (db.writes).
+    assert sorted([out.get(timeout=5), out.get(timeout=5)]) == ["created", "refused"]
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM sweeps").fetchone()[0] == 1
         jobs = conn.execute("SELECT job_key FROM jobs").fetchall()

@@ -474,3 +474,18 @@ def test_output_to_a_full_disk_is_one_line_and_a_gone_reader_is_quiet(home: Path
         finally:
             os.close(write_end)
         assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_output_in_an_encoding_without_the_names_characters_prints_look_alikes(tmp_path: Path, home: Path) -> None:
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "mlp.onnx")
+    sweep = write_sweep(tmp_path, '[[models]]\npath = "mlp.onnx"\nname = "µnet-naïve"\n')
+    for encoding, shown in (("ascii", "unet-na?ve"), ("latin-1", "µnet-naïve")):
+        done = subprocess.run(
+            [TVMBENCH, "sweep", "plan", str(sweep)],
+            capture_output=True,
+            timeout=120,
+            env={**os.environ, "PYTHONIOENCODING": encoding},
+        )
+        out, err = done.stdout.decode(encoding), done.stderr.decode(encoding)
+        assert done.returncode == 0 and "Traceback" not in err, err
+        assert f"  {shown}  " in out, out  # in the plan's table, in its column

@@ -5,6 +5,7 @@ sweeps of the odd models are in tests/test_hostile_sweep.py.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -588,6 +589,14 @@ def _stored_sweep(tmp_path: Path) -> str:
 def test_answer_options_out_of_range_are_one_line(tmp_path: Path, args: tuple[str, ...], expected: str) -> None:
     result = invoke(*args, "--db", _stored_sweep(tmp_path))
     assert result.exit_code == 2 and expected in one_error_line(result), result.output
+
+
+def test_a_limit_beyond_sqls_integers_is_every_row(tmp_path: Path) -> None:
+    db = _stored_sweep(tmp_path)
+    every = invoke("results", "query", "--json", "--db", db)
+    huge = invoke("results", "query", "--limit", str(10**20), "--json", "--db", db)
+    assert huge.exit_code == 0 and every.exit_code == 0, huge.output
+    assert json.loads(huge.output) == json.loads(every.output) and json.loads(every.output)
 
 
 def test_a_report_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:

@@ -75,6 +75,11 @@ def test_bundled_model_by_name(tmp_path: Path) -> None:
         (M + "[tolerance]\natol = -1\n", "tolerance.atol = -1: must be non-negative"),
         ("[[models]]\npath = 'missing.onnx'\n", "missing.onnx does not exist"),
         ("[[models]]\nonnx = 'nope'\n", "onnx = 'nope' is not a model bundled with the onnx package"),
+        # A bundled name is a name: a path out of the onnx package's folder is not one of them.
+        (
+            "[[models]]\nonnx = '../light/light_squeezenet'\n",
+            "onnx = '../light/light_squeezenet' is not a model bundled with the onnx package",
+        ),
         ("[[models]]\npath = 'a.onnx'\nonnx = 'squeezenet'\n", "give exactly one of path"),
         (
             M + "[[targets]]\npreset = 'pdp11'\n",

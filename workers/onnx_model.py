@@ -40,10 +40,10 @@ def bundled_models() -> list[str]:
 
 def bundled_path(name: str) -> Path:
     """Path of a bundled model; accepts 'squeezenet' or 'light_squeezenet'."""
+    shipped = set(bundled_models())  # by name only: "../x" must not reach a file outside the folder
     for candidate in (name, f"light_{name}"):
-        path = BUNDLED_DIR / f"{candidate}.onnx"
-        if path.is_file():
-            return path
+        if candidate in shipped:
+            return BUNDLED_DIR / f"{candidate}.onnx"
     raise ModelError(
         f"onnx = {name!r} is not a model bundled with the onnx package; choose one of: " + ", ".join(bundled_models())
     )

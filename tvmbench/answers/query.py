@@ -38,6 +38,7 @@ class NoSuchJob(LookupError):
 
 
 MB = 1024 * 1024
+SQL_INT_MAX = 2**63 - 1  # the largest integer SQLite and PostgreSQL take (a LIMIT beyond it overflows)
 # Executors whose RAM is fixed at build (firmware): their static figure is their peak.
 STATIC_RAM_EXECUTORS = static_memory_names()
 # The peak memory of a configuration (MB): the board's measured session peak, else for a microcontroller
@@ -233,7 +234,7 @@ def query(
     stmt = filtered_select(store, filters or Filters(), columns, with_samples=with_samples)
     stmt = stmt.order_by(m.Sweep.created_at.desc(), m.Job.id)
     if limit is not None:
-        stmt = stmt.limit(limit)
+        stmt = stmt.limit(min(limit, SQL_INT_MAX))  # more rows than SQL can count is every row
     return frame(store, stmt)
 
 

@@ -7,17 +7,50 @@ sweep says more: that finished jobs are stored and how to resume (tvmbench/cli/s
 
 Output that cannot be written is no traceback either: a reader that went away (``| head``) ends the
 command quietly (click's own handling, exit 1); a full disk or a failing device under a redirection is one
-line on stderr and exit 1.
+line on stderr and exit 1. A terminal or pipe whose encoding is not UTF-8 (``PYTHONIOENCODING=ascii``, a
+Latin-1 locale) gets ASCII look-alikes of the few other characters the tables use (µs is "us").
 """
 
 from __future__ import annotations
 
+import codecs
 import errno
 import os
 import sys
 
 # Errors of writing the output itself (stdout redirected to a full disk, a quota, a dying device).
 OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
+
+# What the tables and notes print beyond ASCII, and what stands for it where the output cannot encode it.
+LOOK_ALIKES = {
+    "µ": "u",
+    "×": "x",
+    "±": "+/-",
+    "≤": "<=",
+    "≥": ">=",
+    "→": "->",
+    "·": "-",
+    "–": "-",
+    "—": "-",
+    "…": "...",
+}
+
+
+def _look_alike(error: UnicodeError) -> tuple[str, int]:
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    text = error.object[error.start : error.end]
+    return "".join(LOOK_ALIKES.get(c, "?") for c in text), error.end
+
+
+def _encode_what_the_output_can() -> None:
+    """Output in a non-UTF-8 encoding: characters it lacks print as look-alikes, not as a UnicodeEncodeError."""
+    codecs.register_error("tvmbench-look-alike", _look_alike)
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if encoding not in ("utf8", "utf8sig") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="tvmbench-look-alike")
 
 
 def _interrupted(exc: BaseException) -> None:
@@ -33,6 +66,7 @@ def main() -> None:
     from orchestrator import interrupts
 
     interrupts.install()
+    _encode_what_the_output_can()
     try:
         from tvmbench.cli import app
 
