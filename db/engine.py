@@ -78,7 +78,8 @@ def check_sqlite_path(path: Path) -> None:
 def check_backend(url: str) -> None:
     """StoreError unless ``url`` is a SQLAlchemy URL of a supported backend (not, say, a driver import error)."""
     try:
-        backend = make_url(url).get_backend_name()
+        parsed = make_url(url)
+        backend = parsed.get_backend_name()
     except Exception as exc:  # sqlalchemy.exc.ArgumentError, ValueError: not a URL at all
         raise StoreError(
             f"{url!r} is not a database URL ({one_line(exc)}): use sqlite:///path/results.db or "
@@ -88,6 +89,12 @@ def check_backend(url: str) -> None:
         raise StoreError(
             f"{url}: {backend!r} databases are not supported: use sqlite:///path/results.db or "
             "postgresql+psycopg://user@host/db"
+        )
+    if backend == "sqlite" and (parsed.database in (None, "", ":memory:") or "memory" in str(parsed.query.get("mode"))):
+        # A sweep run into it prints its table and loses every row at exit; no resume, no query.
+        raise StoreError(
+            f"{url}: an in-memory SQLite database keeps nothing after this command; give a file, "
+            "e.g. sqlite:///results.db (or the path results.db)"
         )
 
 

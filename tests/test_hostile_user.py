@@ -642,6 +642,17 @@ def test_an_unsupported_database_url_says_what_is_supported(home: Path, url: str
     assert expected in line and "sqlite:///" in line and "postgresql+psycopg://" in line, line
 
 
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:", "sqlite:///file:r?mode=memory&uri=true"])
+def test_an_in_memory_database_is_refused_before_a_sweep_runs_into_it(tmp_path: Path, home: Path, url: str) -> None:
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "mlp.onnx")
+    sweep = write_sweep(tmp_path, '[[models]]\npath = "mlp.onnx"\n[[targets]]\npreset = "host"\n')
+    for args in (("sweep", "run", str(sweep)), ("results", "list")):
+        result = invoke(*args, "--db", url)
+        line = one_error_line(result)
+        assert "an in-memory SQLite database keeps nothing after this command" in line, line
+        assert "sqlite:///results.db" in line, line
+
+
 def test_a_sqlite_files_path_is_a_database(home: Path, tmp_path: Path, monkeypatch) -> None:
     """--db results.db, ~/r.db, TVMBENCH_DB=path and tvmbench.open(path): the SQLite file, made absolute."""
     import tvmbench
