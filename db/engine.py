@@ -78,8 +78,7 @@ def check_sqlite_path(path: Path) -> None:
 def check_backend(url: str) -> None:
     """StoreError unless ``url`` is a SQLAlchemy URL of a supported backend (not, say, a driver import error)."""
     try:
-        parsed = make_url(url)
-        backend = parsed.get_backend_name()
+        backend = make_url(url).get_backend_name()
     except Exception as exc:  # sqlalchemy.exc.ArgumentError, ValueError: not a URL at all
         raise StoreError(
             f"{url!r} is not a database URL ({one_line(exc)}): use sqlite:///path/results.db or "
@@ -90,10 +89,27 @@ def check_backend(url: str) -> None:
             f"{url}: {backend!r} databases are not supported: use sqlite:///path/results.db or "
             "postgresql+psycopg://user@host/db"
         )
-    if backend == "sqlite" and (parsed.database in (None, "", ":memory:") or "memory" in str(parsed.query.get("mode"))):
-        # A sweep run into it prints its table and loses every row at exit; no resume, no query.
+
+
+def refuse_in_memory(given: str | None) -> None:
+    """StoreError if the database a person gave (``given``, else TVMBENCH_DB) is SQLite in memory.
+
+    For URLs from people (``--db``, the Python API); the store itself opens an empty in-memory database
+    on purpose, to read where no file exists yet (db/store.py's ``EMPTY_DB``).
+    """
+    given = given if given is not None else os.environ.get("TVMBENCH_DB")
+    if not given:
+        return
+    try:
+        parsed = make_url(as_url(given))
+    except Exception:  # not a URL: check_backend says so
+        return
+    if parsed.get_backend_name() == "sqlite" and (
+        parsed.database in (None, "", ":memory:") or "memory" in str(parsed.query.get("mode"))
+    ):
+        # A sweep run into it printed its table and lost every row at exit: no resume, no query.
         raise StoreError(
-            f"{url}: an in-memory SQLite database keeps nothing after this command; give a file, "
+            f"{given}: an in-memory SQLite database keeps nothing after this command; give a file, "
             "e.g. sqlite:///results.db (or the path results.db)"
         )
 

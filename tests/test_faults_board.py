@@ -163,6 +163,17 @@ def test_kernel_past_session_timeout_is_timeout_and_board_recovers(
     assert after.status == "ok" and after.board_id == run.board_id, after
 
 
+def test_an_error_at_or_past_the_session_deadline_is_the_deadline_whatever_it_says() -> None:
+    from workers.board_session import classify
+
+    # On a loaded machine a 1.5 s session can end mid-upload: the client sees a closed connection, not TVM's
+    # timeout error. What decides is when it came (board_session.run_attempt measures from the connect).
+    reset = ConnectionResetError("[Errno 104] Connection reset by peer")
+    assert classify(reset, past_deadline=True) == "timeout"
+    assert classify(reset) == "infra"  # before the deadline: the board or the network
+    assert classify(RuntimeError("RPCSessionTimeoutError: session has expired")) == "timeout"
+
+
 def test_key_with_no_board_fails_fast_and_never_blocks(local_farm: LocalFarm, tiny: Built) -> None:
     job = replace(tiny.job, target=replace(tiny.job.target, board_key="no-such-board"))
     started = time.monotonic()

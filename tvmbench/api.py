@@ -87,6 +87,7 @@ def run(
     and stopped here, with ``boards`` host boards). ``ray_address``: a Ray cluster (default: a local
     instance). ``progress(event, counts)`` is called as builds and measurements finish.
     """
+    from db.engine import refuse_in_memory
     from db.store import ResultStore, ensure_home
     from orchestrator import scheduler
     from orchestrator.farm.errors import check_board_count
@@ -95,6 +96,7 @@ def run(
 
     check_board_count(boards)  # before anything is opened or started: FarmError, one line
     spec = load_spec(path, label=label)
+    refuse_in_memory(db)  # a sweep run into memory would be lost with this process
     store = ResultStore(db)
     outcome = scheduler.execute_sweep(
         spec, store, ensure_home(), tracker=tracker, ray_address=ray_address, boards=boards, progress=progress

@@ -125,10 +125,16 @@ def ok_run(samples: Any, **fields: Any) -> Run:
     )
 
 
-def classify(exc: BaseException) -> str:
-    """The error kind of an exception raised during a session: the session's deadline, a bad artifact, else infra."""
+def classify(exc: BaseException, past_deadline: bool = False) -> str:
+    """The error kind of an exception raised during a session: the session's deadline, a bad artifact, else infra.
+
+    ``past_deadline``: the error came when the session had run its ``session_timeout_s`` or longer. The
+    board's server ends such a session by killing it, and what the client then sees depends on what it
+    was doing (TVM's timeout error while a function runs; a closed connection mid-upload on a loaded
+    machine): it is the deadline either way.
+    """
     text = str(exc)
-    if "RPCSessionTimeoutError" in text or "session has expired" in text:
+    if past_deadline or "RPCSessionTimeoutError" in text or "session has expired" in text:
         return "timeout"
     if "cannot open shared object" in text or "wrong ELF class" in text:
         return "build"
@@ -313,7 +319,8 @@ def run_attempt(
     try:
         return on_board(session, base)
     except Exception as exc:
-        kind = classify(exc)
+        past_deadline = time.monotonic() - session.opened_at >= job.measure.session_timeout_s
+        kind = classify(exc, past_deadline=past_deadline and session.opened_at > 0)
         return Run(status=kind, error=session_error(session.board_id, kind, exc, job), finished_at=time.time(), **base)
     finally:
         # The RPC session closes when its last remote handle is freed; handles can sit in reference cycles,

@@ -43,6 +43,9 @@ class Session:
 
     remote: Any  # tvm.rpc.RPCSession
     board_id: str
+    # time.monotonic() just before connecting: the board's session deadline runs from a moment later, so
+    # an error this long after it or more came at or past the deadline (board_session.classify).
+    opened_at: float = 0.0
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -134,8 +137,9 @@ def _request_once(tracker: str, key: str, wait_s: float, session_timeout_s: floa
     if value[0] != CODE_SUCCESS:
         raise RuntimeError(f"tracker {tracker} answered {value!r} to a request for {key}")
     url, port, matchkey = value[1]
+    opened_at = time.monotonic()
     remote = rpc.connect(url, port, matchkey, session_timeout_s)
-    return Session(remote=remote, board_id=f"{key}@{url}:{port}")
+    return Session(remote=remote, board_id=f"{key}@{url}:{port}", opened_at=opened_at)
 
 
 def key_boards(summary: dict[str, Any], key: str) -> set[str]:

@@ -120,10 +120,12 @@ def open_store(db: str | None, read_only: bool = False) -> ResultStore:
     tvmbench database and an older schema are each one line; a database it cannot write (a read-only
     mount) works; a SQLite file that does not exist yet (a fresh machine) reads as an empty database.
     """
+    from db.engine import refuse_in_memory
     from db.store import ResultStore, StoreError
     from tvmbench.core.errors import one_line
 
     try:
+        refuse_in_memory(db)
         return ResultStore(db, read_only=read_only, missing="empty")
     except StoreError as exc:
         fail(redact(f"cannot open results database: {exc}", db), code=INVALID)
