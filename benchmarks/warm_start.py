@@ -206,11 +206,12 @@ def main() -> None:
     import onnx
 
     from workers import model_zoo
+    from workers.onnx_model import bundled_path
 
     work = Path(tempfile.mkdtemp(prefix="tvmbench-warm-bench-"))
     models = {}
     if args.model.startswith("light_"):
-        shipped = onnx.load(Path(onnx.__file__).parent / "backend/test/data/light" / f"{args.model}.onnx")
+        shipped = onnx.load(bundled_path(args.model))
         models["target"] = work / f"{args.model}_224.onnx"
         models["source"] = work / f"{args.model}_{args.source_size}.onnx"
         onnx.save(shipped, models["target"])

@@ -320,7 +320,7 @@ def run_attempt(
         return on_board(session, base)
     except Exception as exc:
         past_deadline = time.monotonic() - session.opened_at >= job.measure.session_timeout_s
-        kind = classify(exc, past_deadline=past_deadline and session.opened_at > 0)
+        kind = classify(exc, past_deadline=past_deadline)
         return Run(status=kind, error=session_error(session.board_id, kind, exc, job), finished_at=time.time(), **base)
     finally:
         # The RPC session closes when its last remote handle is freed; handles can sit in reference cycles,

@@ -45,7 +45,7 @@ class Session:
     board_id: str
     # time.monotonic() just before connecting: the board's session deadline runs from a moment later, so
     # an error this long after it or more came at or past the deadline (board_session.classify).
-    opened_at: float = 0.0
+    opened_at: float
 
 
 def parse_addr(addr: str) -> tuple[str, int]:

@@ -119,7 +119,7 @@ def run_sweep(
         tvm_version,
         health_checks,
         toolchains,
-        model_data,
+        model_data=model_data,
     )
     try:
         sweep.run(todo)

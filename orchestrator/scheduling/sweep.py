@@ -94,14 +94,15 @@ class SweepRun:
         tvm_version: str,
         health_checks: bool = True,
         toolchains: Mapping[str, Toolchain] | None = None,
-        model_data: dict[str, bytes] | None = None,
+        *,
+        model_data: dict[str, bytes],
     ) -> None:
         self.spec, self.store, self.tracker, self.cache = spec, store, tracker, cache
         self.pool, self.listener, self.executors, self.tvm_version = pool, listener, executors, tvm_version
         # The tvm axis: each job's toolchain text -> its toolchain (orchestrator/toolchains.ensure).
         self.toolchains: Mapping[str, Toolchain] = toolchains or {}
         self.sweep_id = spec.sweep_id
-        self.model_data = model_data if model_data is not None else spec.read_models()  # sha256 -> bytes
+        self.model_data = model_data  # sha256 -> bytes, as SweepSpec.read_models checked them
         self.model_refs: dict[str, Any] = {}
         self.references = References(self.model_data, dict(spec.input_files))
         self.goldens = Goldens(health_checks, cache, tvm_version, self._native)
