@@ -16,7 +16,7 @@ from tvmbench.cli import app
 from tvmbench.core.records import Job
 from workers import model_zoo
 from workers.fence import _HostFenceState
-from workers.tuning.tasks import MIN_TASK_TRIALS, TaskInfo, allocate, profile_shares
+from workers.tuning.tasks import MIN_TASK_TRIALS, TaskInfo, allocate, profile_shares, tune_order
 
 BASE = '[[models]]\npath = "{model}"\n'
 
@@ -146,6 +146,14 @@ def test_profile_weights_win_over_flops() -> None:
     assert basis == "profile"
     assert trials["mean"] == 36 and trials["conv_big"] == 4
     assert profile_shares({"available": False, "reason": "stock server"}) is None
+
+
+def test_tasks_with_most_trials_are_tuned_first_ties_in_extraction_order() -> None:
+    tasks = _tasks()
+    trials = {"reshape": 4, "mean": 4, "matmul": 0, "conv_big": 40, "conv_small": 16}
+    order = [t.name for t in tune_order(tasks, trials)]
+    assert order == ["conv_big", "conv_small", "reshape", "mean", "matmul"]
+    assert [t.name for t in tasks][:2] == ["reshape", "mean"]  # the extracted list is left as it was
 
 
 def test_fence_keeps_builds_and_timings_apart() -> None:

@@ -33,7 +33,7 @@ from typing import Any
 from tvmbench.core.records import Job, TuningSettings
 from workers.tuning.auto import nothing_tuned
 from workers.tuning.stats import MAX_ERRORS, TuningStats
-from workers.tuning.tasks import allocate, extract, profile_shares, split_pipeline
+from workers.tuning.tasks import allocate, extract, profile_shares, split_pipeline, tune_order
 
 
 class TuningMiss(RuntimeError):
@@ -183,6 +183,8 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     parallel: dict[str, Any] | None = None
     if todo:
         trials = {info.name: alloc[info.name] - covered[info.name] for info in todo}
+        if not auto:
+            todo = tune_order(todo, trials)
         asked = settings.search_workers
         why = why_not_parallel(asked, env, len(todo)) if asked > 1 else None
         if asked > 1 and why is None and auto and _stored_stop(job, todo, stored_best, env.baseline):

@@ -144,3 +144,16 @@ def allocate(
         if spent == 0:
             break
     return trials, basis
+
+
+def tune_order(tasks: list[TaskInfo], trials: dict[str, int]) -> list[TaskInfo]:
+    """``tasks`` in the order a fixed budget tunes them: the most trials first, then extraction order.
+
+    A task's trials follow its share of the run time, so this tunes the kernels that hold most of it
+    while the search is young: a sweep cancelled mid-tuning keeps the records that matter most, the curve
+    falls early, and a warm start's trained model and seeds act first where they gain most (its later
+    tasks also learn from these: the model keeps training, and a task's seeds may come from one tuned
+    before it). A cold search tunes each task on its own, so there the order changes when the records
+    come, not which.
+    """
+    return sorted(tasks, key=lambda t: (-trials.get(t.name, 0), t.index))
