@@ -192,13 +192,16 @@ def test_results_show_says_what_the_warm_start_did() -> None:
     base = {"budget": 64, "trials_run": 64, "trials_from_records": 0, "cost_model": "xgb", "database": "sql"}
     seeded = [
         {"task": "conv", "from": ["workload 1"], "offered": 8, "accepted": 12, "measured": 4},
-        {"task": "conv1", "from": ["conv"], "offered": 4, "accepted": 6, "measured": 2},
+        {"task": "conv1", "from": ["conv"], "offered": 4, "accepted": 6, "measured": 2, "ranked": True},
     ]
     warm = {"enabled": True, "trained_on": 120, "workloads": 3, "train_s": 2.0, "note": None, "seeded": seeded}
     (line,) = [x for x in tuning_lines({**base, "warm_start": warm}) if "warm start" in x]
     assert "trained on 120 stored records of 3 workloads (2.0 s)" in line
     assert "2 tasks seeded" in line and "12 records offered" in line and "18 replays accepted" in line
-    assert "6 measured first" in line
+    assert "6 measured first, chosen by the cost model in 1 task" in line
+    unranked = {**warm, "seeded": seeded[:1]}
+    (line,) = [x for x in tuning_lines({**base, "warm_start": unranked}) if "warm start" in x]
+    assert "chosen by" not in line, "seeds measured in their source order say nothing of a model"
     off = tuning_lines({**base, "warm_start": {"enabled": False}})
     assert any("warm start: off" in x for x in off)
     assert not any("warm start" in x for x in tuning_lines(base)), "builds tuned before it say nothing"
@@ -211,7 +214,7 @@ def test_the_cost_model_learns_the_stored_records_and_ranks_from_the_first_round
 
     from tvmbench.core.records import MS_FAILED_RUN_S, TuningSettings
     from workers.tuning.stage import tuning_target
-    from workers.tuning.warm_start import ACTIVE_AFTER, pretrain
+    from workers.tuning.warm_start import ACTIVE_AFTER, pretrain, rank_seeds
 
     small, _ = convs
     mod = small["fused_conv2d1_add_relu"]
@@ -232,7 +235,15 @@ def test_the_cost_model_learns_the_stored_records_and_ranks_from_the_first_round
     # A higher score is a faster schedule: scores and times rank the records in opposite orders.
     rho = np.corrcoef(np.argsort(np.argsort(scores)), np.argsort(np.argsort([-t for t in secs])))[0, 1]
     assert rho > 0.5, rho
+    # Seeds offered worst first come out in the model's order, its favourite first.
+    cands = [r.as_measure_candidate() for r in records]
+    ranked, by_model = rank_seeds(cands[::-1], model, context)
+    picked = [next(i for i, c in enumerate(cands) if c is r) for r in ranked]
+    assert by_model and sorted(picked) == list(range(len(cands)))
+    assert [scores[i] for i in picked] == sorted(scores, reverse=True), "the model's favourites are measured first"
     few, info = pretrain("xgb", [(records[0].workload, "h", records[:4])], target, 1)
     assert info["trained_on"] == 4 and few.num_warmup_samples == 100, "too few: MetaSchedule's warmup stays"
     none, info = pretrain("random", [(records[0].workload, "h", records)], target, 1)
     assert none is None and "learns nothing" in info["note"]
+    assert rank_seeds(cands[::-1], few, context) == (cands[::-1], False), "in its warmup: the source order stays"
+    assert rank_seeds(cands, "xgb", context) == (cands, False), "a model by name is untrained"

@@ -219,6 +219,9 @@ def warm_start_line(warm: dict[str, Any] | None) -> str | None:
             f"{len(seeded)} tasks seeded from similar workloads: {total['offered']} records offered, "
             f"{total['accepted']} replays accepted, {total['measured']} measured first"
         )
+        ranked = sum(1 for s in seeded if s.get("ranked"))
+        if ranked:
+            text += f", chosen by the cost model in {ranked} task{'s' if ranked > 1 else ''}"
     else:
         text += "no task seeded"
     return text + (f" ({warm['note']})" if warm.get("note") else "")

@@ -49,6 +49,7 @@ class Seeds:
     offered: int
     traces: list[Any]  # replays onto the task's module (no post-processing), best source first
     measured: int = 0  # seeds measured in the first batch
+    ranked: bool = False  # whether the cost model picked the measured ones (else the source order did)
     best_seed_us: float | None = None  # the first batch's best seed
     best_other_us: float | None = None  # the first batch's best candidate of the search's own
 
@@ -60,6 +61,7 @@ class Seeds:
             "offered": self.offered,
             "accepted": len(self.traces),
             "measured": self.measured,
+            "ranked": self.ranked,
             "best_seed_us": self.best_seed_us,
             "best_other_us": self.best_other_us,
         }
