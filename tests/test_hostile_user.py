@@ -260,6 +260,17 @@ def test_dev_zero_as_model_is_a_character_device(tmp_path: Path, home: Path) -> 
     assert result.exit_code == 2 and "/dev/zero is a character device, not a file" in one_error_line(result)
 
 
+@pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs Linux's /proc")
+def test_a_regular_file_that_refuses_reads_is_named_not_an_output_error(tmp_path: Path, home: Path) -> None:
+    # /proc/self/mem is a regular file whose first page is unmapped: reading it is EIO, like a failing disk.
+    model = invoke("sweep", "plan", str(write_sweep(tmp_path, '[[models]]\npath = "/proc/self/mem"\n')))
+    line = one_error_line(model)
+    assert model.exit_code == 2 and "model file /proc/self/mem cannot be read (Input/output error)" in line, line
+    sweep = invoke("sweep", "plan", "/proc/self/mem")
+    line = one_error_line(sweep)
+    assert sweep.exit_code == 2 and "/proc/self/mem: cannot be read (Input/output error)" in line, line
+
+
 def test_symlinked_external_data_inside_the_folder_says_symlink(tmp_path: Path, home: Path) -> None:
     from tests.test_hostile_input import _external
 

@@ -70,7 +70,12 @@ def load_model(path: Path) -> LoadedModel:
             f"{path} is {size / 2**30:.1f} GiB, over the 2 GiB a protobuf ONNX file can hold: give a .onnx file "
             "(larger models keep weights in external data, which tvmbench does not read)"
         )
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:  # a regular file that refuses reads (EIO from a failing disk, /proc/self/mem)
+        raise ModelError(
+            f"model file {path} cannot be read ({exc.strerror or exc}): give the path of a readable .onnx file"
+        ) from None
     try:
         proto = onnx.load_from_string(data)
     except Exception as exc:  # DecodeError and friends: protobuf gives no stable exception type

@@ -328,6 +328,9 @@ def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:
         text = sweep_text(path)
     except UnicodeDecodeError:
         raise SpecError(f"{path}: not a text file; a sweep file is TOML") from None
+    except OSError as exc:  # a regular file that refuses reads: never the CLI's "could not write the output"
+        what = exc.strerror or exc
+        raise SpecError(f"{path}: cannot be read ({what}); give the path to a readable .toml file") from None
     # The absolute path is stored with the sweep: `sweep resume` then works from any directory.
     spec = parse_spec(text, base=path.resolve().parent, source_path=str(path.resolve()))
     if label is not None:
