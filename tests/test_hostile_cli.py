@@ -438,6 +438,13 @@ def test_tuning_import_of_a_missing_folder_or_bad_lines_names_them(tmp_path: Pat
     line = _lines_of(missing)[0]
     assert missing.exit_code == 2 and f"{tmp_path / 'nope'} does not exist" in line, missing.output
     assert "database_workload.json" not in line
+    piped = tmp_path / "piped"
+    piped.mkdir()
+    os.mkfifo(piped / "database_workload.json")  # opened, it would block the import for ever
+    (piped / "database_tuning_record.json").touch()
+    fifo = runner.invoke(app, ["tuning", "import", str(piped), "--board-key", "host", "--db", tuned_db])
+    line = _lines_of(fifo)[0]
+    assert fifo.exit_code == 2 and "database_workload.json is a FIFO (named pipe), not a file" in line, line
     exported = tmp_path / "exported"
     assert (
         runner.invoke(app, ["tuning", "export", str(exported), "--board-key", "host", "--db", tuned_db]).exit_code == 0

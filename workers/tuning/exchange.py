@@ -237,12 +237,14 @@ def import_records(
             f"{directory} {describe_missing(directory)}: point at a MetaSchedule work_dir "
             "(the folder ms.database.JSONDatabase(work_dir=...) writes)"
         )
-    missing = [name for name in (WORKLOAD_FILE, RECORD_FILE) if not (directory / name).is_file()]
-    if missing:
-        raise ExchangeError(
-            f"{directory} has no {' or '.join(missing)}: point at a MetaSchedule work_dir "
-            "(what ms.database.JSONDatabase(work_dir=...) writes)"
-        )
+    for name in (WORKLOAD_FILE, RECORD_FILE):
+        if not (directory / name).is_file():  # a FIFO or device there is never opened: it may never end
+            found = (directory / name).exists() or (directory / name).is_symlink()
+            what = f"{name} {describe_missing(directory / name)}" if found else f"has no {name}"
+            raise ExchangeError(
+                f"{directory} {what}: point at a MetaSchedule work_dir "
+                "(what ms.database.JSONDatabase(work_dir=...) writes)"
+            )
     fallback = target_filter(target)
     workload_path, record_path = directory / WORKLOAD_FILE, directory / RECORD_FILE
     try:
