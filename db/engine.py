@@ -68,9 +68,9 @@ def sqlite_path(url: str) -> Path | None:
 def check_sqlite_path(path: Path) -> None:
     """Fail at once (not after the write retries) when ``path`` cannot be a SQLite database file."""
     if path.exists() and not path.is_file():
-        raise StoreError(
-            f"{path} {describe_missing(path)}: give the path of a database file, e.g. {path / 'results.db'}"
-        )
+        # A file inside a folder is the likely meaning; inside /dev/null it is none.
+        example = path / "results.db" if path.is_dir() else "results.db"
+        raise StoreError(f"{path} {describe_missing(path)}: give the path of a database file, e.g. {example}")
     if not path.parent.is_dir():
         raise StoreError(f"{path}: folder {path.parent} {describe_missing(path.parent)}: create it or fix the path")
 

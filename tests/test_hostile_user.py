@@ -292,6 +292,8 @@ def test_db_that_is_a_directory_fails_at_once(tmp_path: Path, home: Path, monkey
     line = one_error_line(result)
     assert result.exit_code == 2 and f"{tmp_path} is a directory" in line and "results.db" in line, line
     assert backoffs == [], "the open was retried"
+    device = one_error_line(invoke("results", "sweeps", "--db", "/dev/null"))
+    assert "/dev/null is a character device" in device and "/dev/null/" not in device, device
     missing = invoke("results", "sweeps", "--db", f"sqlite:///{tmp_path}/no/such/r.db")
     assert "folder" in one_error_line(missing) and "does not exist" in missing.output
 
