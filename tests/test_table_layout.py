@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from tvmbench.answers import columns
-from tvmbench.answers.table import Column, ColumnError, Options, id_length, layout, render
+from tvmbench.answers.table import Column, ColumnError, Options, _wrap, id_length, layout, render
 
 COLS = [
     Column("job", "job", "job_key", priority=0, ident=True),
@@ -99,3 +99,18 @@ def test_a_configuration_is_shortened_with_a_legend_only_when_it_does_not_fit() 
     assert "0.07123" in narrow and "[0.07, 0.072]" in narrow and "1.5" in narrow
     wide = printed(300, terminal=True, rows=rows, cols=columns.best("95% CI"))
     assert "vm-compiled O2 per-target (host)" in wide and "VMc" not in wide
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_wide_characters_count_as_the_cells_they_take(terminal: bool) -> None:
+    from rich.cells import cell_len
+
+    rows = [{**ROWS[0], "model": "模型 😀 resnet"}, {**ROWS[1], "model": "mlp"}]
+    out = printed(60, terminal=terminal, rows=rows, cols=COLS[:3])
+    lines = [line for line in out.splitlines()[1:] if line.strip() and not set(line.strip()) <= {"-", "─", " "}]
+    # Every row's median column ends where the header's does: cells, not characters, were padded.
+    ends = {cell_len(line.rstrip()) for line in lines if "0.07123" in line or "1.235e+04" in line or "median" in line}
+    assert len(ends) == 1, out
+    # Plain text wraps a name by cells too (when COLUMNS limits the width).
+    assert _wrap("模型模型 ab 模型", 9) == ["模型模型", "ab 模型"]
+    assert _wrap("模型模型模型", 4) == ["模型模型模型"], "a longer word keeps its own line, whole"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -20,6 +19,7 @@ from numbers import Real
 from typing import Any
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -112,12 +112,30 @@ def short_id(value: Any, length: int = MIN_ID) -> str:
     return str(value)[:length] if value else "-"
 
 
+# Widths are terminal cells, not characters: a CJK character or an emoji takes two (rich.cells).
 def _longest_word(text: str) -> int:
-    return max((len(w) for line in text.splitlines() for w in line.split(" ")), default=0)
+    return max((cell_len(w) for line in text.splitlines() for w in line.split(" ")), default=0)
 
 
 def _longest_line(text: str) -> int:
-    return max((len(line) for line in text.splitlines()), default=0)
+    return max((cell_len(line) for line in text.splitlines()), default=0)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """``text`` wrapped at spaces to ``width`` cells (a longer word keeps its own line, whole)."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and cell_len(lines[-1]) + 1 + cell_len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines or [""]
+
+
+def _pad(text: str, width: int, right: bool) -> str:
+    """``text`` padded with spaces to ``width`` cells."""
+    fill = " " * max(0, width - cell_len(text))
+    return fill + text if right else text + fill
 
 
 @dataclass
@@ -344,14 +362,12 @@ def _print_plain(
 
     def emit(texts: list[str], wrap: list[bool]) -> None:
         parts = [
-            textwrap.wrap(t, w, break_long_words=False, break_on_hyphens=False) or [""] if ok and len(t) > w else [t]
-            for t, ok, w in zip(texts, wrap, plan.widths, strict=True)
+            _wrap(t, w) if ok and cell_len(t) > w else [t] for t, ok, w in zip(texts, wrap, plan.widths, strict=True)
         ]
         for k in range(max(len(p) for p in parts)):
             pieces = []
             for p, c, w in zip(parts, shown, plan.widths, strict=True):
-                piece = p[k] if k < len(p) else ""
-                pieces.append(piece.rjust(w) if c.right else piece.ljust(w))
+                pieces.append(_pad(p[k] if k < len(p) else "", w, c.right))
             lines.append((" " * GAP).join(pieces).rstrip())
 
     emit([c.header for c in shown], [True] * len(shown))
