@@ -266,6 +266,11 @@ class SeedingDatabase(_PyDatabaseBase):
         return len(self.db)
 
 
+def ranks(model: Any) -> bool:
+    """Whether ``model`` is a trained model object that ranks candidates now (a name is a fresh model)."""
+    return model is not None and not isinstance(model, str) and guides(model)
+
+
 def rank_seeds(cands: list[Any], model: Any, context: Any) -> tuple[list[Any], bool]:
     """``cands`` (seed candidates of ``context``'s task) best first by ``model``'s scores, and whether it
     ranked them: as given (the nearest neighbour's best record first) when it cannot rank yet.
@@ -274,7 +279,7 @@ def rank_seeds(cands: list[Any], model: Any, context: Any) -> tuple[list[Any], b
     ``conv2d12``'s first seed ran 731 µs, its best 99 µs); the warm start's model, trained on the scope's
     records of this shape class, ranks the replays themselves.
     """
-    if len(cands) < 2 or model is None or isinstance(model, str) or not guides(model):
+    if len(cands) < 2 or not ranks(model):
         return cands, False
     try:
         scores = [float(s) for s in model.predict(context, cands)]
@@ -335,14 +340,18 @@ class SeededSearch(AroundSearch):
 
         room = max(1, len(picks) // FIRST_BATCH_SHARE)
         taken = {tvm_ffi.structural_hash(c.sch.mod) for c in picks}
-        distinct: dict[int, Any] = {}
+        # A model that ranks picks among every replay; otherwise the first `room` are the seeds, and
+        # replaying the rest would be search time spent on nothing.
+        wanted = None if ranks(self.cost_model) else room
+        fresh: list[Any] = []
         for trace in self.seeds.traces:
+            if len(fresh) == wanted:
+                break
             cand = candidate(trace, self.context)
-            if cand is not None:
-                distinct.setdefault(tvm_ffi.structural_hash(cand.sch.mod), cand)
-        ranked, self.seeds.ranked = rank_seeds(
-            [c for h, c in distinct.items() if h not in taken], self.cost_model, self.context
-        )
+            if cand is not None and (key := tvm_ffi.structural_hash(cand.sch.mod)) not in taken:
+                taken.add(key)
+                fresh.append(cand)
+        ranked, self.seeds.ranked = rank_seeds(fresh, self.cost_model, self.context)
         seeded = ranked[:room]
         keep = len(picks) - len(seeded)  # the search ranks its picks best first: its last ones make room
         self.slots = list(range(len(seeded)))  # measured first: the tuning curve starts from them
