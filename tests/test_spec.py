@@ -86,6 +86,13 @@ def test_bundled_model_by_name(tmp_path: Path) -> None:
             "targets[0].preset = 'pdp11' is unknown",
         ),
         (M + "[[targets]]\nname = 'x'\n", 'give preset = "host", or name'),
+        # A preset's overrides are typed like a target table's own keys.
+        (M + "[[targets]]\npreset = 'host'\nname = 5\n", "targets[0].name = 5: expected a string"),
+        (M + "[[targets]]\npreset = 'host'\nboard_key = 5\n", "targets[0].board_key = 5: expected a tracker key"),
+        (M + "[[targets]]\npreset = 'host'\ntarget = 'llvm'\n", "targets[0].target = 'llvm': expected a TVM target"),
+        (M + "[[targets]]\npreset = 'host'\nemulated = 'yes'\n", "targets[0].emulated = 'yes': expected true or"),
+        (M + "[[targets]]\npreset = 'host'\narch = 5\n", "targets[0].arch = 5: expected a machine name"),
+        (M + "[[targets]]\npreset = 'host'\ncross_compiler = [1]\n", "targets[0].cross_compiler = [1]: expected"),
         (
             M + "[[targets]]\nname = 'mine'\ntarget = { kind = 'llvm' }\nboard_key = 'host'\n",
             "targets[0]: add arch = \"aarch64\" (the board's `uname -m`) to target 'mine'",

@@ -21,10 +21,24 @@ def parse_target(where: str, table: Any) -> TargetSpec:
     return target
 
 
+# The type of each key, checked whichever way the table is given (a preset's overrides included).
+_KEY_TYPES: tuple[tuple[str, type, str], ...] = (
+    ("name", str, "a string"),
+    ("target", dict, 'a TVM target table such as { kind = "llvm", mtriple = "..." }'),
+    ("board_key", str, "a tracker key string"),
+    ("arch", str, "a machine name like aarch64"),
+    ("cross_compiler", str, "a compiler command"),
+    ("emulated", bool, "true or false"),
+)
+
+
 def _target(where: str, table: Any) -> TargetSpec:
     if not isinstance(table, dict):
         raise SpecError(f'{where}: expected a table like {{ preset = "host" }}')
     unknown_keys(where, table, _TARGET_KEYS)
+    for key, kind, hint in _KEY_TYPES:
+        if key in table:
+            typed(f"{where}.{key}", table[key], kind, hint)
     if "preset" in table:
         preset = typed(f"{where}.preset", table["preset"], str, "a preset name")
         if preset not in PRESETS:
@@ -42,19 +56,9 @@ def _target(where: str, table: Any) -> TargetSpec:
         return TargetSpec(**merged)
     if "name" not in table or "target" not in table:
         raise SpecError(f'{where}: give preset = "host", or name = "..." with target = {{ kind = "llvm", ... }}')
-    name = typed(f"{where}.name", table["name"], str, "a string")
-    typed(f"{where}.target", table["target"], dict, 'a TVM target table such as { kind = "llvm", mtriple = "..." }')
-    for key, kind, hint in (
-        ("board_key", str, "a tracker key string"),
-        ("arch", str, "a machine name like aarch64"),
-        ("cross_compiler", str, "a compiler command"),
-        ("emulated", bool, "true or false"),
-    ):
-        if key in table:
-            typed(f"{where}.{key}", table[key], kind, hint)
-    if "arch" not in table and name not in PRESETS:  # a preset's name brings its arch along
-        raise SpecError(f'{where}: add arch = "aarch64" (the board\'s `uname -m`) to target {name!r}')
-    return resolve_target(name, table)
+    if "arch" not in table and table["name"] not in PRESETS:  # a preset's name brings its arch along
+        raise SpecError(f'{where}: add arch = "aarch64" (the board\'s `uname -m`) to target {table["name"]!r}')
+    return resolve_target(table["name"], table)
 
 
 def check_tunable(targets: tuple[TargetSpec, ...], executors: tuple[str, ...]) -> None:
