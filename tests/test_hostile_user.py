@@ -622,7 +622,10 @@ def test_a_report_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
 # --- found on the second pass: addresses, ports and database URLs ---------------------------------
 
 
-@pytest.mark.parametrize("address", ["notanaddr", "127.0.0.1:", ":9190", "127.0.0.1:99999", "127.0.0.1:0"])
+# "a" * 64: a DNS label longer than 63 characters, which the resolver refuses (UnicodeError, not OSError).
+@pytest.mark.parametrize(
+    "address", ["notanaddr", "127.0.0.1:", ":9190", "127.0.0.1:99999", "127.0.0.1:0", "a" * 64 + ":9190", "a..b:9190"]
+)
 @pytest.mark.parametrize("command", [("farm", "list"), ("sweep", "resume", "deadbeef")])
 def test_a_malformed_tracker_address_is_one_line(home: Path, command: tuple[str, ...], address: str) -> None:
     result = invoke(*command, "--tracker", address)

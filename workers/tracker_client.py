@@ -51,8 +51,12 @@ class Session:
 def parse_addr(addr: str) -> tuple[str, int]:
     """(host, port) of a ``HOST:PORT`` tracker address; ValueError naming it otherwise."""
     host, _, port = addr.rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"tracker address {addr!r} is not HOST:PORT")
+    try:  # what the resolver will do with it: a label over 63 characters, or an empty one, is no host name
+        host.encode("idna")
+    except UnicodeError:
+        raise ValueError(f"tracker address {addr!r} is not HOST:PORT ({host[:40]!r}... is no host name)") from None
     return host, int(port)
 
 

@@ -72,8 +72,11 @@ def checked_tracker(value: str | None) -> str | None:
     """The --tracker value when it is HOST:PORT with a port in 1-65535; else one error line (exit 2)."""
     if value is None:
         return None
-    host, _, port = value.strip().rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    from workers.tracker_client import parse_addr
+
+    try:
+        parse_addr(value.strip())
+    except ValueError:
         fail(f"tracker {value!r} (--tracker or TVMBENCH_TRACKER): expected HOST:PORT, e.g. 127.0.0.1:9190", code=2)
     return value.strip()
 
