@@ -453,6 +453,7 @@ def test_tuning_import_of_a_missing_folder_or_bad_lines_names_them(tmp_path: Pat
     good = records.read_text().splitlines()
     for bad, expected in (
         ("[0, [1, 2", "not valid JSON"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),  # a RecursionError in json.loads
         ("[0]", "expected [workload index, [trace"),
         ("[7, [[], [], {}, []]]", "workload index 7 but the workload file has 1 line(s)"),
     ):

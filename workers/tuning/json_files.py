@@ -47,6 +47,8 @@ def _parse(path: Path, number: int, text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise JsonFileError(f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:  # [[[[...: MetaSchedule never nests a line more than a few levels
+        raise JsonFileError(f"{path}:{number}: JSON nested too deeply to be a MetaSchedule database line") from None
 
 
 def read_workloads(path: Path) -> list[tuple[int, list[str]]]:
