@@ -90,6 +90,8 @@ CASES = {
     ),
     "external-data-traversal": (lambda: _external("../../etc/passwd"), "outside the model's folder"),
     "external-data-absolute": (lambda: _external("/etc/passwd"), "outside the model's folder"),
+    # stat() of a 5000-character name raises ENAMETOOLONG: still the one refusal, the name shortened.
+    "external-data-long-name": (lambda: _external("a" * 5000), "(5000 characters)', which cannot be resolved"),
     "huge-input": (
         lambda: _raw([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [50000, 50000])], [_vi("y", [50000, 50000])]),
         "9.3 GiB",
@@ -129,6 +131,17 @@ def test_external_data_symlink_out_of_folder_is_refused_unread(tmp_path: Path, h
     code, output, opened = _plan(tmp_path, '[[models]]\npath = "models/m.onnx"\n')
     assert code == 2 and "outside the model's folder" in output, output
     assert str(secret) not in opened and str(folder / "weights.bin") not in opened, opened
+
+
+def test_external_data_in_a_symlink_loop_is_refused_unread(tmp_path: Path, home: Path) -> None:
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "loop").symlink_to("loop")  # resolve() raises RuntimeError on it, not OSError
+    _write_model(folder, _external("loop"))
+    code, output, opened = _plan(tmp_path, '[[models]]\npath = "models/m.onnx"\n')
+    lines = [ln for ln in output.strip().splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and "'loop'" in lines[0], output
+    assert str(folder / "loop") not in opened, opened
 
 
 def test_external_data_inside_folder_is_refused_with_the_fix(tmp_path: Path, home: Path) -> None:

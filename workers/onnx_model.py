@@ -98,6 +98,17 @@ def load_model(path: Path) -> LoadedModel:
 def _external_data_problem(tensor: onnx.TensorProto, path: Path) -> str:
     """Why a tensor's external data is refused; never opens the file it names."""
     location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+    try:
+        return _external_location_problem(tensor, path, location)
+    except (OSError, RuntimeError):  # a name too long to stat, a symlink loop (RuntimeError from resolve())
+        shown = location if len(location) <= 60 else f"{location[:60]}... ({len(location)} characters)"
+        return (
+            f"{path}: tensor {tensor.name!r} keeps its data at {shown!r}, which cannot be resolved; refused, "
+            "unread: re-save the model with its weights inside the .onnx file"
+        )
+
+
+def _external_location_problem(tensor: onnx.TensorProto, path: Path, location: str) -> str:
     folder = path.resolve().parent
     if location and not Path(location).is_absolute() and (folder / location).is_symlink():
         where = "" if (folder / location).resolve().is_relative_to(folder) else ", leading outside the model's folder"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,19 @@ def input_ranges(
             raise SpecError(f"{where}.input_ranges.{name}: input {name!r} is bool; it takes no range")
         if integer and not (np.iinfo(dtype).min <= bounds[0] and bounds[1] <= np.iinfo(dtype).max):
             raise SpecError(f"{where}.input_ranges.{name} = {bounds}: outside what {dtype.name} holds")
+        # A float range is drawn uniformly: its ends and its width must be finite numbers of the input's type
+        # (inf, or 1e10 for a float16 input, would make every value inf or the draw fail).
+        largest = float(np.finfo(dtype).max) if np.issubdtype(dtype, np.floating) else None
+        if not integer and not (
+            largest is not None
+            and -largest <= bounds[0]
+            and bounds[1] <= largest
+            and math.isfinite(bounds[1] - bounds[0])
+        ):
+            raise SpecError(
+                f"{where}.input_ranges.{name} = {bounds}: outside the finite values {dtype.name} holds; "
+                "give finite bounds"
+            )
         ranges[name] = (bounds[0], bounds[1])
     # An integer input that indexes a table (Gather: embeddings, lookups) is drawn inside it unless the
     # file says otherwise; only a table smaller than the default draw changes anything.

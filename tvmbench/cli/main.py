@@ -7,7 +7,8 @@ sweep says more: that finished jobs are stored and how to resume (tvmbench/cli/s
 
 Output that cannot be written is no traceback either: a reader that went away (``| head``) ends the
 command quietly (click's own handling, exit 1); a full disk or a failing device under a redirection is one
-line on stderr and exit 1. A terminal or pipe whose encoding is not UTF-8 (``PYTHONIOENCODING=ascii``, a
+line on stderr and exit 1. A path too long for the file system, wherever it was given, is one line and
+exit 2. A terminal or pipe whose encoding is not UTF-8 (``PYTHONIOENCODING=ascii``, a
 Latin-1 locale) gets ASCII look-alikes of the few other characters the tables use (µs is "us").
 """
 
@@ -74,6 +75,9 @@ def main() -> None:
     except KeyboardInterrupt as exc:  # during the imports, before typer runs
         _interrupted(exc)
     except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:  # a path given anywhere (sweep file, model, -o): bad input
+            sys.stderr.write(f"error: {_shorten(exc.filename)}: {exc.strerror}; give a shorter path\n")
+            raise SystemExit(2) from None
         if exc.errno not in OUTPUT_ERRNOS:
             raise
         _discard_stdout()
@@ -85,6 +89,12 @@ def main() -> None:
         if cause is not None:
             _interrupted(cause)
         raise
+
+
+def _shorten(name: object, keep: int = 30) -> str:
+    """A path as one readable line: its first and last ``keep`` characters and its length when longer."""
+    text = os.fsdecode(name) if isinstance(name, str | bytes) else "a path"
+    return text if len(text) <= 2 * keep + 3 else f"{text[:keep]}...{text[-keep:]} ({len(text)} characters)"
 
 
 def _discard_stdout() -> None:
