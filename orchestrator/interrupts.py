@@ -43,6 +43,21 @@ def install() -> None:
     signal.signal(signal.SIGTERM, _raise_terminated)
 
 
+def ignore_from_now() -> None:
+    """Ignore Ctrl-C and SIGTERM for the rest of this process (main thread only; elsewhere nothing).
+
+    Called once a command has decided to end: a second Ctrl-C, pressed while Ray shuts down or the
+    interrupt is reported, would otherwise break the cleanup with a traceback of its own (``Exception
+    ignored in atexit callback``) and change the exit status. What a cleanup cut short leaves behind,
+    the reaper (orchestrator/local_ray.py) stops anyway.
+    """
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+
+
 def exit_code(exc: BaseException) -> int:
     """The exit status of a command ended by ``exc``: 143 after SIGTERM, 130 after Ctrl-C."""
     return SIGTERM_EXIT if _by_sigterm(exc) else SIGINT_EXIT

@@ -57,6 +57,7 @@ def _encode_what_the_output_can() -> None:
 def _interrupted(exc: BaseException) -> None:
     from orchestrator import interrupts
 
+    interrupts.ignore_from_now()
     sys.stderr.write(f"interrupted ({interrupts.signal_name(exc)})\n")
     sys.stderr.flush()
     raise SystemExit(interrupts.exit_code(exc))
@@ -89,6 +90,8 @@ def main() -> None:
         if cause is not None:
             _interrupted(cause)
         raise
+    finally:  # the command is over: a Ctrl-C now would only break the exit hooks (Ray's shutdown)
+        interrupts.ignore_from_now()
 
 
 def _shorten(name: object, keep: int = 30) -> str:
