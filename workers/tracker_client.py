@@ -49,10 +49,19 @@ class Session:
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
-    """(host, port) of a ``HOST:PORT`` tracker address; ValueError naming it otherwise."""
+    """(host, port) of a ``HOST:PORT`` or ``[IPV6]:PORT`` tracker address; ValueError naming it otherwise."""
+    import ipaddress
+
     host, _, port = addr.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise ValueError(f"tracker address {addr!r} is not HOST:PORT")
+    if host.startswith("[") and host.endswith("]"):  # the socket wants the IPv6 address without its brackets
+        try:
+            return str(ipaddress.IPv6Address(host[1:-1])), int(port)
+        except ValueError:
+            raise ValueError(f"tracker address {addr!r} is not HOST:PORT ({host} is no IPv6 address)") from None
+    if ":" in host or "[" in host or "]" in host:  # "::1:9190" could be an address with no port: ask for brackets
+        raise ValueError(f"tracker address {addr!r} is not HOST:PORT (an IPv6 host goes in brackets: [::1]:9190)")
     try:  # what the resolver will do with it: a label over 63 characters, or an empty one, is no host name
         host.encode("idna")
     except UnicodeError:
