@@ -22,7 +22,14 @@ if TYPE_CHECKING:
     from orchestrator.farm.ephemeral import farm_for_run
     from orchestrator.farm.errors import FarmError, wait_until
     from orchestrator.farm.local import BoardProcess, LocalFarm
-    from orchestrator.farm.network import LOOPBACK, RPC_WARNING, free_port, is_loopback, warn_exposed
+    from orchestrator.farm.network import (
+        LOOPBACK,
+        RPC_WARNING,
+        check_bindable,
+        free_port,
+        is_loopback,
+        warn_exposed,
+    )
     from orchestrator.farm.processes import reap_stale_farms, stop_pid, stop_recorded_farm, write_pid_file
     from orchestrator.farm.provisioning import (
         EMULATED_BOARD_START_S,
@@ -52,6 +59,7 @@ _WHERE: dict[str, str] = {
     "board_list": "boards_view",
     "board_root": "provisioning",
     "board_rows": "boards_view",
+    "check_bindable": "network",
     "configured_tracker": "state",
     "connect": "state",
     "down": "state",
@@ -89,6 +97,7 @@ __all__ = [
     "board_list",
     "board_root",
     "board_rows",
+    "check_bindable",
     "configured_tracker",
     "connect",
     "down",

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.farm.errors import wait_until
+from orchestrator.farm.errors import FarmError, wait_until
 from orchestrator.farm.network import LOOPBACK, free_port, warn_exposed
 from orchestrator.farm.processes import _spawn, _tracker_cmd, stop_pid
 from orchestrator.farm.provisioning import EMULATED_BOARD_START_S, EMULATED_BOARDS, board_command, board_root
@@ -16,6 +18,22 @@ from workers.toolchains.boards import release_key
 from workers.toolchains.probe import PROJECT_ROOT, child_env
 from workers.toolchains.toolchain import Toolchain
 from workers.tracker_client import registered_keys, tracker_summary
+
+
+def _board_log_name(key: str, port: int) -> str:
+    """board-KEY-PORT.log, KEY reduced to a plain file name: whatever the key, the log stays in the log folder."""
+    # The CLI and sweep files check keys already; this holds for any caller: no '/', no '..' of its own (the
+    # "board-" prefix), no control character, and short enough for any file system's 255-byte names.
+    return f"board-{re.sub(r'[^A-Za-z0-9._+-]', '_', key)[:100]}-{port}.log"
+
+
+def _last_line(log: Path) -> str:
+    """The last non-blank line of ``log`` (what a process that died said last), or a note that there is none."""
+    try:
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        lines = []
+    return lines[-1][:300] if lines else "it wrote nothing"
 
 
 @dataclass
@@ -85,11 +103,7 @@ class LocalFarm:
             die_with_parent=die_with_parent,
         )
         try:
-            wait_until(
-                lambda: tracker_summary(farm.tracker, timeout_s=2) is not None,
-                timeout_s,
-                f"the tracker on {farm.tracker} (log: {log_dir / 'tracker.log'})",
-            )
+            farm._wait_for_tracker(proc, timeout_s)
             for key, count in (boards or {"host": 1}).items():
                 # Native agents run under each toolchain; an emulated Linux board from each release's root.
                 per_release = (kind := kind_for_key(key)) is None or kind.agent in ("native", "qemu-user")
@@ -113,7 +127,23 @@ class LocalFarm:
             die_with_parent=self.die_with_parent,
         )
         self.tracker_pid = proc.pid
-        wait_until(lambda: tracker_summary(self.tracker, timeout_s=2) is not None, timeout_s, f"tracker {self.tracker}")
+        self._wait_for_tracker(proc, timeout_s)
+
+    def _wait_for_tracker(self, proc: subprocess.Popen, timeout_s: float) -> None:
+        """Wait until our tracker answers; FarmError at once, with its log's last line, if it exits first."""
+        log = Path(self.log_dir) / "tracker.log"
+        # Its process is asked first: a tracker that could not bind exits at once, and whatever else listens
+        # on the port (a database) must not be polled for a minute as if it were the tracker starting up.
+        wait_until(
+            lambda: proc.poll() is not None or tracker_summary(self.tracker, timeout_s=2) is not None,
+            timeout_s,
+            f"the tracker on {self.tracker} (log: {log})",
+        )
+        if proc.poll() is not None:
+            raise FarmError(
+                f"the tracker on {self.tracker} exited at once (status {proc.returncode}): {_last_line(log)} "
+                f"(log: {log})"
+            )
 
     def add_board(
         self, key: str = "host", *, wait: bool = True, timeout_s: float = 60.0, toolchain: Toolchain | None = None
@@ -143,7 +173,7 @@ class LocalFarm:
                 key, self.tracker, self.host, port, None, python=toolchain.python, tracker_key=tracker_key
             )
             env, cwd = child_env(toolchain.pythonpath), PROJECT_ROOT
-        log = Path(self.log_dir) / f"board-{tracker_key}-{port}.log"
+        log = Path(self.log_dir) / _board_log_name(tracker_key, port)
         proc = _spawn(cmd, log, env=env, die_with_parent=self.die_with_parent, cwd=cwd)
         board = BoardProcess(
             key=tracker_key,

@@ -28,6 +28,15 @@ def warn_exposed(what: str, host: str, risk: str = RPC_WARNING) -> None:
     print(f"warning: {what} listening on {host}: {risk}", file=sys.stderr)
 
 
+def check_bindable(host: str, port: int) -> None:
+    """OSError unless ``port`` (0: any) on ``host`` can be bound now, with the tracker's SO_REUSEADDR."""
+    family = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0][0]  # a host that is no address: gaierror
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        # As the tracker binds (tvm.rpc.tracker): a port left in TIME_WAIT passes, one something listens on fails.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+
+
 def free_port(host: str = LOOPBACK) -> int:
     """A port that is free on ``host`` right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
