@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -82,6 +82,24 @@ def _split_board_kinds(kinds: list[str], key: str) -> tuple[bool, list[str]]:
     return bool(native), [k for k in kinds if k not in native]
 
 
+def _check_listen(host: str, port: int) -> None:
+    """One line, exit 2, unless the tracker could listen on ``host``:``port`` (0: a free port) right now."""
+    import errno
+
+    from workers.tracker_client import parse_addr
+
+    try:  # the farm is recorded and reached as HOST:PORT: a host that cannot be written so is refused now
+        parse_addr(f"{host}:{port or 1}")
+    except ValueError:
+        fail(f"--host {host!r}: a local farm listens on an IPv4 address or host name, e.g. 127.0.0.1", code=INVALID)
+    try:
+        farm.check_bindable(host, port)
+    except OSError as exc:  # like `serve --port`: a port taken, or an address that is not this machine's
+        where = f"{host}:{port}" if port else host
+        fix = "choose another --port" if exc.errno == errno.EADDRINUSE else "give --host an address of this machine"
+        fail(f"cannot listen on {where}: {exc.strerror or exc}; {fix}", code=INVALID)
+
+
 @app.command("up")
 def farm_up(
     boards: Annotated[int, typer.Option(help="Number of host CPU boards.", min=0, max=MAX_BOARDS)] = 1,
@@ -102,8 +120,12 @@ def farm_up(
     tvm: TvmOpt = None,
 ) -> None:
     """Start a local tracker and N board agents that stay up until `farm down`."""
+    from orchestrator.spec.checks import checked_board_key
+
     if port is not None:
         check_range("--port", port, 0, 65536)  # 0: a free one, like the default
+    call(checked_board_key, "--key", key)  # as `farm add --key` and sweep files: one line, exit 2
+    _check_listen(host, port or 0)
     native, emulated = _split_board_kinds(board or [], key)
     toolchains = _toolchains(tvm) if tvm else None
     count = max(boards, 1) if native else boards
@@ -143,16 +165,56 @@ def farm_status(as_json: JsonOpt = False) -> None:
                 "running": alive,
             }
         )
+    problem = _tracker_problem(state)
+    dead = [row for row in rows if not row["running"]]
     if as_json:
-        print_json({"tracker": state["tracker"], "managed": bool(state.get("managed")), "boards": rows})
-        return
-    kind = "started by `farm up`" if state.get("managed") else "connected (`farm connect`): boards not managed here"
-    console.print(f"farm at {state['tracker']} ({kind})")
-    for row in rows:
-        console.print(
-            f"  {row['key']:<24} TVM {row['tvm']:<14} toolchain {row['toolchain']:<10} port {row['port']:<6} "
-            f"pid {row['pid']:<8} {'running' if row['running'] else 'not running'}"
+        print_json(
+            {
+                "tracker": state["tracker"],
+                "managed": bool(state.get("managed")),
+                "tracker_running": problem is None,
+                "boards": rows,
+            }
         )
+    else:
+        kind = "started by `farm up`" if state.get("managed") else "connected (`farm connect`): boards not managed here"
+        console.print(f"farm at {state['tracker']} ({kind}): tracker {'answers' if problem is None else 'DOWN'}")
+        for row in rows:
+            console.print(
+                f"  {row['key']:<24} TVM {row['tvm']:<14} toolchain {row['toolchain']:<10} port {row['port']:<6} "
+                f"pid {row['pid']:<8} {'running' if row['running'] else 'not running'}"
+            )
+    # Non-zero when the farm cannot serve as recorded, so that scripts can ask `farm status` whether it is up.
+    if problem is not None:
+        restart = "`tvmbench farm down` then `tvmbench farm up`"
+        fix = restart if state.get("managed") else f"start it again, or {restart} for a local farm instead"
+        fail(f"the farm's tracker {state['tracker']} {problem}; {fix}")
+    if dead:
+        fail(
+            f"{len(dead)} of {len(rows)} board(s) not running (pid {', '.join(str(r['pid']) for r in dead)}); "
+            "`tvmbench farm down` then `tvmbench farm up` starts them again"
+        )
+
+
+def _tracker_problem(state: dict[str, Any]) -> str | None:
+    """Why the recorded farm's tracker cannot serve (its process gone, or it does not answer), or None."""
+    import os
+
+    from workers.tracker_client import tracker_summary
+
+    pid = state.get("tracker_pid")
+    if state.get("managed") and pid is not None:
+        try:
+            os.kill(int(pid), 0)
+        except (ProcessLookupError, ValueError):
+            return f"is not running (its process {pid} is gone)"
+        except PermissionError:  # a process of another user has that pid now: not ours
+            return f"is not running (pid {pid} is another user's process now)"
+    try:  # a pid alone could be a zombie or a reused pid: the tracker must also answer as a tracker
+        tracker_summary(state["tracker"], timeout_s=5)
+    except (OSError, ValueError, RuntimeError) as exc:
+        return f"does not answer ({exc})"
+    return None
 
 
 @app.command("down")
@@ -165,6 +227,13 @@ def farm_down() -> None:
 @app.command("connect")
 def farm_connect(address: str) -> None:
     """Use an existing TVM RPC tracker (HOST:PORT) as the farm."""
+    from workers.tracker_client import parse_addr
+
+    address = address.strip()
+    try:  # bad input is exit 2, as `farm list --tracker`; 1 stays "no tracker answers there"
+        parse_addr(address)
+    except ValueError as exc:
+        fail(f"{exc}: give a port in 1-65535, e.g. 127.0.0.1:9190 or [::1]:9190", code=INVALID)
     where = home()
     if farm.read_state(where):
         fail("a farm is already configured; run `tvmbench farm down` first")
