@@ -92,6 +92,15 @@ CASES = {
     "external-data-absolute": (lambda: _external("/etc/passwd"), "outside the model's folder"),
     # stat() of a 5000-character name raises ENAMETOOLONG: still the one refusal, the name shortened.
     "external-data-long-name": (lambda: _external("a" * 5000), "(5000 characters)', which cannot be resolved"),
+    # An input named with an escape sequence would retitle the terminal of whoever lists the results.
+    "control-character-in-a-name": (
+        lambda: _raw(
+            [helper.make_node("Relu", ["x\x1b]0;PWNED\x07"], ["y"])],
+            [_vi("x\x1b]0;PWNED\x07", [1, 4])],
+            [_vi("y", [1, 4])],
+        ),
+        "input 'x\\x1b]0;PWNED\\x07' contains the control character U+001B",
+    ),
     "huge-input": (
         lambda: _raw([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [50000, 50000])], [_vi("y", [50000, 50000])]),
         "9.3 GiB",

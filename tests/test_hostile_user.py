@@ -253,6 +253,26 @@ def test_markup_in_stored_results_prints_literally(tmp_path: Path) -> None:
     assert best.exit_code == 0 and "[/x]tiny on host" in best.output, best.output
 
 
+def test_control_characters_in_stored_results_print_escaped(tmp_path: Path) -> None:
+    """An error quoting a name with an escape sequence (stored before intake refused such names, or by
+    another tool): the terminal gets ``\\x1b``, never the ESC itself, in tables, `results show` and errors."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    store = ResultStore(url)
+    jobs = make_jobs(replace(MODEL, name="tiny\x1b[31m"))
+    begin(store, "ctrlsweep001", jobs)
+    store.finish_job("ctrlsweep001", jobs[0].key, "build", "no input x\x1b]0;PWNED\x07 in the graph")
+    store.record_run("ctrlsweep001", ok_run(jobs[1]), final=True)
+    store.close()
+    for args in (("results", "list"), ("results", "show", jobs[0].key[:12]), ("results", "best")):
+        result = invoke(*args, "--db", url)
+        assert result.exit_code == 0 and "\x1b" not in result.output and "\x07" not in result.output, result.output
+        assert "tiny\\x1b[31m" in result.output, result.output
+    shown = invoke("results", "show", jobs[0].key[:12], "--db", url)
+    assert "no input x\\x1b]0;PWNED" in shown.output, shown.output  # (rich drops the BEL itself)
+    missing = invoke("results", "list", "--sweep", "no\x1bsuch", "--db", url)
+    assert missing.exit_code == 2 and "no\\x1bsuch" in one_error_line(missing), missing.output
+
+
 # --- 6. messages that mislead ---------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ the file and the fix. Nothing outside the model's own file is ever opened.
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,6 +158,7 @@ def check_intake(proto: onnx.ModelProto, path: Path) -> None:
                     f"{path}: initializer {tensor.name!r} declares {size / 2**30:.1f} GiB (dims {list(tensor.dims)}), "
                     f"over the {MAX_TENSOR_BYTES >> 30} GiB limit; use a smaller model"
                 )
+        _no_control_characters(graph, path)
         for node in graph.node:
             if node.domain in _ONNX_DOMAINS and not onnx.defs.has(node.op_type, node.domain):
                 raise ModelError(
@@ -184,6 +186,28 @@ def check_intake(proto: onnx.ModelProto, path: Path) -> None:
             raise ModelError(
                 f"{path}: input {value.name!r} declares {size / 2**30:.1f} GiB (dims {dims}), over the "
                 f"{MAX_TENSOR_BYTES >> 30} GiB limit; use a smaller input shape"
+            )
+
+
+def _no_control_characters(graph: onnx.GraphProto, path: Path) -> None:
+    """Refuse a graph whose names hold control characters: they are printed on terminals (in tables and
+    in ONNX Runtime's and TVM's messages), where an escape sequence would recolour or retitle the screen."""
+    names = [
+        *(("input", v.name) for v in graph.input),
+        *(("output", v.name) for v in graph.output),
+        *(("initializer", t.name) for t in graph.initializer),
+        *(("value", v.name) for v in graph.value_info),
+        *(("node", n.name) for n in graph.node),
+        *(("tensor", t) for n in graph.node for t in (*n.input, *n.output)),
+    ]
+    for what, name in names:
+        if name.isprintable():  # the common case, and no control character in it
+            continue
+        bad = next((c for c in name if unicodedata.category(c) == "Cc"), None)
+        if bad is not None:
+            raise ModelError(
+                f"{path}: {what} {name!r} contains the control character U+{ord(bad):04X}; rename it "
+                "(names are printed on terminals)"
             )
 
 

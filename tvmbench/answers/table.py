@@ -24,6 +24,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tvmbench.core.printable import printable
+
 MIN_ID = 8  # ids shown are never shorter: a prefix this long is what every command accepts
 GAP = 2  # spaces between the columns of plain text
 WRAP_WIDTH = 20  # a wrapping column is not squeezed below this before lower-priority columns are dropped
@@ -237,7 +239,7 @@ def _cells(columns: Sequence[Column], rows: Sequence[dict[str, Any]], short: set
                 line.append(c.short(r))
             else:
                 line.append(c.cell(r))
-        out.append(line)
+        out.append([printable(cell) for cell in line])
     return out
 
 
@@ -392,7 +394,7 @@ def _print_tsv(columns: Sequence[Column], rows: Sequence[dict[str, Any]], wanted
         # Numbers unrounded and ids whole (a spreadsheet computes with them); other cells as on screen.
         plain = col.ident or col.text is None or (isinstance(value, Real) and not isinstance(value, bool))
         text = str(value) if plain else col.cell(row)
-        return text.replace("\t", " ").replace("\n", " ")
+        return printable(text.replace("\t", " ").replace("\n", " "))
 
     out = ["\t".join(c.key for c in chosen)]
     out += ["\t".join(raw(c, r) for c in chosen) for r in rows]

@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderHook
+from rich.segment import Segment
 from rich.text import Text
 
 from db.urls import redact
 from orchestrator.farm.errors import MAX_BOARDS  # noqa: F401  (re-exported: the --boards options' bound)
 from tvmbench.cli.lazy import lazy
+from tvmbench.core.printable import printable
 
 # The library (SQLAlchemy, numpy, onnx, TVM, Ray) loads inside the commands that use it: `tvmbench --help`
 # and a query of the results stay fast (benchmarks/startup.py; tests/test_cli_startup.py).
@@ -27,11 +29,33 @@ table = lazy("tvmbench.answers.table")  # the tables' options, set by every comm
 
 T = TypeVar("T")
 
+
+class _EscapeControls(RenderHook):
+    """Whatever the CLI prints goes through ``printable``: a name or an error from a model or a database
+    never reaches the terminal as an escape sequence (tvmbench/core/printable.py)."""
+
+    def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
+        return [_Escaped(r) for r in renderables]
+
+
+class _Escaped:
+    def __init__(self, inner: ConsoleRenderable) -> None:
+        self.inner = inner
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
+        for segment in console.render(self.inner, options):
+            # Control segments (cursor moves of a progress display) are rich's own: kept as they are.
+            yield segment if segment.control else Segment(printable(segment.text), segment.style)
+
+
 # Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default. No markup:
 # model paths, keys, presets, job ids and messages are user text ("[axes]", "[/x]") and print as written;
 # styles are given as rich Text.
 console = Console(width=None if sys.stdout.isatty() else 200, markup=False)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 200, markup=False)
+for _console in (console, err):
+    _console.push_render_hook(_EscapeControls())
+
 NOT_FOUND = 2  # the exit status of every lookup that finds nothing (sweep, job, board), like a bad argument
 INVALID = 2  # bad input: a sweep file, an option, a --db that is no database (1 is "some jobs failed")
 

@@ -1,0 +1,20 @@
+"""Strings from models, databases and users as a terminal may show them: control characters escaped.
+
+A model's input named ``"\\x1b]0;title\\x07"``, or an error message that quotes it, would otherwise retitle,
+recolour or hide text on the screen of whoever lists the results. Sweep files refuse control characters
+(orchestrator/spec/checks.py) and so does model intake (workers/onnx_model.py); this is for what was stored
+before, or comes from elsewhere (a team's database, a compiler's message).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character but newline and tab written as its Python escape (``\\x1b``)."""
+    if text.isprintable() or all(c in "\n\t" or unicodedata.category(c) != "Cc" for c in text):
+        return text
+    return "".join(
+        c if c in "\n\t" or unicodedata.category(c) != "Cc" else c.encode("unicode_escape").decode() for c in text
+    )
