@@ -184,6 +184,20 @@ def head_revision() -> str:
     migration module (a few hundred milliseconds of a read command's start). tests/test_migration_0005.py
     checks that both agree.
     """
+    revisions, parents = _revisions()
+    heads = revisions - parents
+    if len(heads) != 1:
+        raise RuntimeError(f"migrations in {MIGRATIONS} have {len(heads)} heads ({sorted(heads)}), expected one")
+    return heads.pop()
+
+
+def known_revisions() -> set[str]:
+    """Every revision this tvmbench's migrations know (a database at any other was written by a newer one)."""
+    return _revisions()[0]
+
+
+def _revisions() -> tuple[set[str], set[str]]:
+    """The revisions of the migration files and those that some file names as its parent."""
     revisions, parents = set(), set()
     for path in (MIGRATIONS / "versions").glob("*.py"):
         found = {name: a or b or None for name, a, b in _REVISION_LINE.findall(path.read_text())}
@@ -191,10 +205,18 @@ def head_revision() -> str:
             revisions.add(found["revision"])
         if found.get("down_revision"):
             parents.add(found["down_revision"])
-    heads = revisions - parents
-    if len(heads) != 1:
-        raise RuntimeError(f"migrations in {MIGRATIONS} have {len(heads)} heads ({sorted(heads)}), expected one")
-    return heads.pop()
+    return revisions, parents
+
+
+def newer_schema(current: str | None) -> str | None:
+    """What to say when revision ``current`` is none of this tvmbench's (a newer one wrote it); else None."""
+    if current is None or current in known_revisions():
+        return None
+    # `tvmbench db upgrade` cannot help: alembic here knows no path from a revision it has never seen.
+    return (
+        f"it was written by a newer tvmbench (schema revision {current} is unknown to this one, which knows "
+        f"up to {head_revision()}): upgrade tvmbench, or use another --db"
+    )
 
 
 def current_revision(conn: Connection) -> str | None:
@@ -228,6 +250,9 @@ def upgrade_if_behind(engine: Engine) -> str | None:
     returns the revision the database was at before (None: it held no tvmbench schema)."""
     with engine.connect() as conn:
         current = current_revision(conn)
+    newer = newer_schema(current)
+    if newer:
+        raise StoreError(f"results database {engine.url.render_as_string(hide_password=True)}: {newer}")
     if current != head_revision():
         upgrade(engine)
     return current
@@ -246,6 +271,9 @@ def schema_problem(engine: Engine, shown: str = "...") -> str | None:
             "it is not a tvmbench database (it holds no tvmbench schema: empty, or another program's); give the "
             "path of a results database, or run a sweep or `tvmbench db upgrade` to make this one"
         )
+    newer = newer_schema(current)
+    if newer:
+        return newer
     return f"its schema is at revision {current}, this tvmbench needs {head}: run `tvmbench db upgrade --db {shown}`"
 
 
