@@ -3,6 +3,10 @@ per-backend settings (SQLite pragmas, read-only engines), the schema check and m
 
 SQLite (the default) runs in WAL mode with synchronous=FULL and a busy timeout, so a result that was
 acknowledged survives a crash of the orchestrator.
+
+Every engine turns a damaged database (SQLite's "database disk image is malformed", text that is not
+UTF-8, PostgreSQL's data_corrupted) into a StoreError naming the database and what to do, wherever
+the read or write that met it runs.
 """
 
 from __future__ import annotations
@@ -25,10 +29,17 @@ SUPPORTED_BACKENDS = ("sqlite", "postgresql")
 #: Threads that read through one read-only engine at once: Starlette's threadpool (anyio's 40 tokens).
 READ_THREADS = 40
 _MIGRATION_LOCK = 0x7476_6D62  # "tvmb": the PostgreSQL advisory lock key that serialises migrations
+_SQLITE_CORRUPT = 11  # SQLite's primary result code for a damaged file (extended codes keep it in the low byte)
+_PG_CORRUPTED = ("XX001", "XX002")  # SQLSTATE data_corrupted, index_corrupted
+_UTF8_COLUMN = re.compile(r"Could not decode to UTF-8 column '([^']*)'")
 
 
 class StoreError(RuntimeError):
     """The results database cannot be opened as asked; the message names the path and what to do."""
+
+
+class DamagedDatabase(StoreError):
+    """The results database's file or data is damaged: no command can read it as it is."""
 
 
 def default_home() -> Path:
@@ -122,6 +133,12 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
     PostgreSQL sessions start with ``default_transaction_read_only`` (ResultStore asks for that only
     with ``never_write``).
     """
+    engine = _make_engine(url, read_only)
+    _name_failures(engine, url)
+    return engine
+
+
+def _make_engine(url: str, read_only: bool) -> Engine:
     path = sqlite_path(url) if url.startswith("sqlite") else None
     if path is not None and read_only:
         from urllib.parse import quote
@@ -146,9 +163,6 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
             dbapi_conn.execute("PRAGMA query_only=ON")
 
         return engine
-    if read_only and not url.startswith("sqlite"):
-        # PostgreSQL: every transaction of these sessions is read-only; the server refuses writes.
-        return create_engine(url, pool_pre_ping=True, connect_args={"options": "-c default_transaction_read_only=on"})
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30})
 
@@ -162,7 +176,41 @@ def make_engine(url: str, *, read_only: bool = False) -> Engine:
             cur.close()
 
         return engine
+    if read_only:
+        # PostgreSQL: every transaction of these sessions is read-only; the server refuses writes.
+        return create_engine(url, pool_pre_ping=True, connect_args={"options": "-c default_transaction_read_only=on"})
     return create_engine(url, pool_pre_ping=True)
+
+
+def _name_failures(engine: Engine, url: str) -> None:
+    """Raise DamagedDatabase, naming the database, for an error that says it is damaged."""
+    path = sqlite_path(url)
+    shown = str(path) if path is not None else make_url(url).render_as_string(hide_password=True)
+
+    @event.listens_for(engine, "handle_error")
+    def _named(context: Any) -> None:
+        if context.is_pre_ping:  # the pool handles a dead pooled connection itself (it reconnects)
+            return
+        exc = context.original_exception
+        damage = damage_of(exc)
+        if damage is not None:
+            raise DamagedDatabase(
+                f"results database {shown} is damaged ({damage}): restore it from a backup, or run a new "
+                "sweep into another --db"
+            ) from None
+
+
+def damage_of(exc: BaseException) -> str | None:
+    """What is damaged, when ``exc`` is a driver's error about a damaged database; else None."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF == _SQLITE_CORRUPT:
+        return str(exc)
+    utf8 = _UTF8_COLUMN.search(str(exc))
+    if utf8:  # Python's sqlite3 quotes the whole value after this: a pass trace can be megabytes
+        return f"column {utf8.group(1)} holds text that is not UTF-8"
+    if getattr(exc, "sqlstate", None) in _PG_CORRUPTED:
+        return one_line(exc)
+    return None
 
 
 def _sqlite_connect(uri: str) -> Any:
@@ -296,4 +344,21 @@ def open_for_reading(url: str, path: Path | None) -> Engine:
     if problem:
         engine.dispose()
         raise StoreError(f"results database {path or shown}: {problem}")
+    if path is not None:
+        try:
+            probe_tables(engine)
+        except StoreError:
+            engine.dispose()
+            raise
     return engine
+
+
+def probe_tables(engine: Engine) -> None:
+    """Read the first row of every table of a SQLite database: DamagedDatabase when one cannot be read."""
+    # A few microseconds a table, so a read command says at open (one line) that a table's top page is
+    # damaged. Damage deeper down fails the query that meets it, named all the same by _name_failures.
+    with engine.connect() as conn:
+        names = conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'").scalars().all()
+        for name in names:
+            quoted = '"' + name.replace('"', '""') + '"'
+            conn.exec_driver_sql(f"SELECT * FROM {quoted} LIMIT 1").all()

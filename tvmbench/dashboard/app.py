@@ -3,11 +3,14 @@
 Pages are Jinja2 templates with autoescaping on, so sweep names, paths and error messages always reach
 the browser as text. Plots are PNGs drawn here and the one script is served from the package: the pages
 work with no internet. Every handler only reads (the store is opened read-only by dashboard.server).
+A database that fails reads with a StoreError (damaged, no server answering) answers the error page (503)
+and logs its line once.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +26,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from db.engine import StoreError
 from tvmbench.answers import query as q
 from tvmbench.answers import regressions
 from tvmbench.answers import tuning as tuning_answers
@@ -34,6 +38,8 @@ if TYPE_CHECKING:
 HERE = Path(__file__).parent
 #: How often the pages of running sweeps ask for their progress (milliseconds).
 POLL_MS = 1000
+#: uvicorn's own error log: the dashboard's lines go where uvicorn's go, formatted as they are.
+log = logging.getLogger("uvicorn.error")
 
 
 def _fmt(value: Any, digits: int = 4) -> str:
@@ -128,6 +134,17 @@ def create_app(
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": message}, status_code=status_code)
         return page(request, "error.html", status_code=status_code, message=message)
+
+    logged: set[str] = set()
+
+    def store_failed(request: Request, exc: Exception) -> Response:
+        """The error page (503) for a database that fails reads (damaged, no server), its line logged once."""
+        message = str(exc)
+        # Every page fails alike while it lasts: a traceback per request buried the one line that said why.
+        if message not in logged:
+            logged.add(message)
+            log.error("%s", message)
+        return not_found(request, message, 503)
 
     def bounded(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
         """``handler``, answering 400 instead when a query or path value is over its bound (too_long)."""
@@ -284,7 +301,7 @@ def create_app(
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)] if allowed_hosts else []
-    return Starlette(routes=routes, middleware=middleware)
+    return Starlette(routes=routes, middleware=middleware, exception_handlers={StoreError: store_failed})
 
 
 def _number(
