@@ -2,11 +2,12 @@
 per-backend settings (SQLite pragmas, read-only engines), the schema check and migrations.
 
 SQLite (the default) runs in WAL mode with synchronous=FULL and a busy timeout, so a result that was
-acknowledged survives a crash of the orchestrator.
+acknowledged survives a crash of the orchestrator. PostgreSQL connections give up after CONNECT_TIMEOUT_S
+unless the URL (or PGCONNECT_TIMEOUT) says otherwise.
 
 Every engine turns a damaged database (SQLite's "database disk image is malformed", text that is not
-UTF-8, PostgreSQL's data_corrupted) into a StoreError naming the database and what to do, wherever
-the read or write that met it runs.
+UTF-8, PostgreSQL's data_corrupted) and a server that never answers into a StoreError naming the
+database and what to do, wherever the read or write that met it runs.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ SUPPORTED_BACKENDS = ("sqlite", "postgresql")
 #: Threads that read through one read-only engine at once: Starlette's threadpool (anyio's 40 tokens).
 READ_THREADS = 40
 _MIGRATION_LOCK = 0x7476_6D62  # "tvmb": the PostgreSQL advisory lock key that serialises migrations
+#: Seconds a PostgreSQL connection may take: psycopg's own default is 130 s, which is how long a --db
+#: pointing at a port where something else listens (Redis, SSH) used to hang before saying anything.
+CONNECT_TIMEOUT_S = 10
+_READ_ONLY_OPTION = "-c default_transaction_read_only=on"
 _SQLITE_CORRUPT = 11  # SQLite's primary result code for a damaged file (extended codes keep it in the low byte)
 _PG_CORRUPTED = ("XX001", "XX002")  # SQLSTATE data_corrupted, index_corrupted
 _UTF8_COLUMN = re.compile(r"Could not decode to UTF-8 column '([^']*)'")
@@ -176,16 +181,30 @@ def _make_engine(url: str, read_only: bool) -> Engine:
             cur.close()
 
         return engine
+    return create_engine(url, pool_pre_ping=True, connect_args=postgres_connect_args(url, read_only=read_only))
+
+
+def postgres_connect_args(url: str, *, read_only: bool = False) -> dict[str, Any]:
+    """Driver arguments added to ``url``'s own: a connect timeout, and for readers the read-only option."""
+    query = make_url(url).query
+    args: dict[str, Any] = {}
+    if "connect_timeout" not in query and not os.environ.get("PGCONNECT_TIMEOUT"):
+        args["connect_timeout"] = CONNECT_TIMEOUT_S
     if read_only:
-        # PostgreSQL: every transaction of these sessions is read-only; the server refuses writes.
-        return create_engine(url, pool_pre_ping=True, connect_args={"options": "-c default_transaction_read_only=on"})
-    return create_engine(url, pool_pre_ping=True)
+        # connect_args replace the URL's query parameters of the same name: the URL's own options (say
+        # -csearch_path=myschema) are repeated here, else a reader looked for the tables in public.
+        given = query.get("options")
+        # A URL may repeat the key (a tuple); without one, libpq would have read PGOPTIONS.
+        own = " ".join(given) if isinstance(given, tuple) else given or os.environ.get("PGOPTIONS", "")
+        args["options"] = f"{own} {_READ_ONLY_OPTION}".strip()
+    return args
 
 
 def _name_failures(engine: Engine, url: str) -> None:
-    """Raise DamagedDatabase, naming the database, for an error that says it is damaged."""
+    """Raise StoreError, naming the database, for a damaged one and a server that never answered."""
+    parsed = make_url(url)
     path = sqlite_path(url)
-    shown = str(path) if path is not None else make_url(url).render_as_string(hide_password=True)
+    shown = str(path) if path is not None else parsed.render_as_string(hide_password=True)
 
     @event.listens_for(engine, "handle_error")
     def _named(context: Any) -> None:
@@ -197,6 +216,13 @@ def _name_failures(engine: Engine, url: str) -> None:
             raise DamagedDatabase(
                 f"results database {shown} is damaged ({damage}): restore it from a backup, or run a new "
                 "sweep into another --db"
+            ) from None
+        timed_out = type(exc).__name__ == "ConnectionTimeout" or "timeout expired" in str(exc)
+        if timed_out and parsed.get_backend_name() == "postgresql":
+            address = f"{parsed.host or 'localhost'}:{parsed.port or 5432}"
+            raise StoreError(
+                f"results database {shown}: nothing PostgreSQL answered at {address} within "
+                f"{_connect_timeout(parsed.query)} s ({one_line(exc)}): check the URL's host and port"
             ) from None
 
 
@@ -211,6 +237,12 @@ def damage_of(exc: BaseException) -> str | None:
     if getattr(exc, "sqlstate", None) in _PG_CORRUPTED:
         return one_line(exc)
     return None
+
+
+def _connect_timeout(query: Any) -> str:
+    """The connect timeout in force for a URL with query ``query`` (as text, for messages)."""
+    given = query.get("connect_timeout") or os.environ.get("PGCONNECT_TIMEOUT")
+    return str(given) if given else str(CONNECT_TIMEOUT_S)
 
 
 def _sqlite_connect(uri: str) -> Any:
