@@ -537,6 +537,27 @@ def test_an_operator_onnx_runtime_lacks_is_not_blamed_on_the_inputs() -> None:
     assert "Frobnicate" in line and "no kernel for an operator" in line and "input_ranges" not in line, line
 
 
+def test_a_model_onnx_runtime_cannot_load_is_not_blamed_on_the_inputs() -> None:
+    """A graph with a cycle loads nowhere: the line says the model is invalid, not to change input_ranges."""
+    from onnx import TensorProto, helper
+
+    from workers.reference import reference_problem
+
+    tensor = helper.make_tensor_value_info
+    model = helper.make_model(
+        helper.make_graph([helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Relu", ["a"], ["b"])], "g",
+                          [tensor("x", TensorProto.FLOAT, [1, 4])], [tensor("a", TensorProto.FLOAT, [1, 4])]),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )  # fmt: skip
+    model.ir_version = 8
+    inputs = {"x": np.ones((1, 4), np.float32)}
+    with pytest.raises(Exception) as raised:
+        reference_outputs(model.SerializeToString(), inputs)
+    line = reference_problem("cyclic", inputs, raised.value, "seeded")
+    assert line.startswith("ONNX Runtime cannot load model cyclic: ") and "the model itself is invalid" in line, line
+    assert "input_ranges" not in line, line
+
+
 # --- more of the same kind ------------------------------------------------------------------------------
 
 

@@ -12,8 +12,15 @@ def reference_outputs(model_data: bytes, inputs: dict[str, np.ndarray]) -> list[
     options = ort.SessionOptions()
     # 4 = fatal only: warnings about unused initializers are noise, and an error is raised (and reported) anyway
     options.log_severity_level = 4
-    session = ort.InferenceSession(model_data, options, providers=["CPUExecutionProvider"])
+    try:
+        session = ort.InferenceSession(model_data, options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # ONNX Runtime's errors have no common base class
+        raise SessionError(str(exc)) from exc
     return [np.asarray(o) for o in session.run(None, inputs)]
+
+
+class SessionError(RuntimeError):
+    """ONNX Runtime refused the model itself, before any input was given (its own error is the cause)."""
 
 
 def _nonfinite(values: np.ndarray) -> str:
@@ -71,6 +78,9 @@ def reference_problem(model: str, inputs: dict[str, np.ndarray], exc: BaseExcept
     ``source`` says where the inputs came from ("seeded", or the .npz file). Integer inputs are named
     first: ONNX Runtime most often refuses an index out of range (Gather over a small table).
     """
+    refused = isinstance(exc, SessionError)
+    if refused and exc.__cause__ is not None:
+        exc = exc.__cause__
     text = " ".join(str(exc).split())
     if len(text) > 300:
         text = text[:297] + "..."
@@ -79,6 +89,11 @@ def reference_problem(model: str, inputs: dict[str, np.ndarray], exc: BaseExcept
         return (
             f"ONNX Runtime cannot run model {model}: {type(exc).__name__}: {text}; it has no kernel for an operator "
             "of the model, so there is no reference output: export the model with standard operators"
+        )
+    if refused:  # a cycle, a dangling output, duplicate names: no input would make it run
+        return (
+            f"ONNX Runtime cannot load model {model}: {type(exc).__name__}: {text}; the model itself is invalid, "
+            "whatever its inputs (onnx.checker.check_model names the problem): fix or re-export it"
         )
     ints = [n for n, a in inputs.items() if np.issubdtype(a.dtype, np.integer)]
     named = ints or list(inputs)
