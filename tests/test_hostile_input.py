@@ -105,6 +105,23 @@ CASES = {
         lambda: _raw([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [50000, 50000])], [_vi("y", [50000, 50000])]),
         "9.3 GiB",
     ),
+    "huge-output": (  # a 1x1 input expanded to 100000x100000: 37 GiB declared by the output alone
+        lambda: _raw(
+            [helper.make_node("Expand", ["x", "s"], ["y"])],
+            [_vi("x", [1, 1])],
+            [_vi("y", [100000, 100000])],
+            [numpy_helper.from_array(np.array([100000, 100000], np.int64), "s")],
+        ),
+        "output 'y' declares 37.3 GiB",
+    ),
+    "huge-inputs-together": (  # three inputs of 0.75 GiB each: none alone over the limit
+        lambda: _raw(
+            [helper.make_node("Sum", ["a", "b", "c"], ["y"])],
+            [_vi(n, [200_000_000]) for n in "abc"],
+            [_vi("y", [1])],
+        ),
+        "its inputs declare 2.2 GiB together",
+    ),
     "huge-initializer": (
         lambda: _raw(
             [helper.make_node("Add", ["x", "w"], ["y"])],

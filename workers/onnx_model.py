@@ -178,14 +178,25 @@ def check_intake(proto: onnx.ModelProto, path: Path) -> None:
                     "and outputs are numeric tensors: re-export it without that "
                     + ("input" if kind == "input" else "output (skl2onnx: options={'zipmap': False})")
                 )
-    for value in proto.graph.input:
-        ttype = value.type.tensor_type
-        dims = [d.dim_value for d in ttype.shape.dim if d.HasField("dim_value")]
-        size = _declared_bytes(dims, ttype.elem_type or onnx.TensorProto.FLOAT)
-        if size > MAX_TENSOR_BYTES:
+    # Inputs are allocated on the driver and the board, outputs on the board and again for the reference.
+    for kind, values in (("input", proto.graph.input), ("output", proto.graph.output)):
+        total = 0
+        for value in values:
+            if value.name in initializers:
+                continue
+            ttype = value.type.tensor_type
+            dims = [d.dim_value for d in ttype.shape.dim if d.HasField("dim_value")]
+            size = _declared_bytes(dims, ttype.elem_type or onnx.TensorProto.FLOAT)
+            total += size
+            if size > MAX_TENSOR_BYTES:
+                raise ModelError(
+                    f"{path}: {kind} {value.name!r} declares {size / 2**30:.1f} GiB (dims {dims}), over the "
+                    f"{MAX_TENSOR_BYTES >> 30} GiB limit; use a smaller {kind} shape"
+                )
+        if total > MAX_TENSOR_BYTES:
             raise ModelError(
-                f"{path}: input {value.name!r} declares {size / 2**30:.1f} GiB (dims {dims}), over the "
-                f"{MAX_TENSOR_BYTES >> 30} GiB limit; use a smaller input shape"
+                f"{path}: its {kind}s declare {total / 2**30:.1f} GiB together, over the {MAX_TENSOR_BYTES >> 30} GiB "
+                f"limit; use smaller {kind} shapes"
             )
 
 
