@@ -2,59 +2,43 @@
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 from db.store import ResultStore
 from orchestrator import toolchains
 from orchestrator.spec import SweepSpec
+from orchestrator.spec.matrix import configurations
 from orchestrator.toolchains import Need
 from tvmbench.core.records import Job
 from workers.build_common import tvm_versions
-from workers.executors import registry
 from workers.toolchains.boards import release_key
 
 
 def plan_jobs(spec: SweepSpec) -> list[Job]:
-    """Expand the sweep matrix: model x target x executor x opt_level x pipeline (x kernels where taken)
-    (x layout for executors that take it) (x tuning budget for tunable jobs) (x toolchain with a tvm axis).
+    """Expand the sweep matrix (orchestrator/spec/matrix.configurations says which jobs it holds).
 
-    A target pairs only with the executors that accept it (microcontrollers with aot-c, the others with
-    the VM executors and the baseline); the kernels axis multiplies only executors that take it. The
-    tuning axis applies to tunable jobs only; the others (ONNX Runtime, aot-c, GPU targets) are planned
-    once, untuned; an "auto" budget is a job whose ``tuning`` is its trial cap, with its stop rules. Likewise
-    the layout axis multiplies the Relax VM jobs only (ONNX Runtime and aot-c jobs have no layout).
+    Model x target x executor x opt_level x pipeline (x kernels where taken) (x layout for executors that
+    take it) (x tuning budget for tunable jobs) (x toolchain with a tvm axis). An "auto" budget is a job
+    whose ``tuning`` is its trial cap, with its stop rules.
     """
-    jobs = []
     auto = spec.tuning_auto
-    for m, t, e, o, p in itertools.product(spec.models, spec.targets, spec.executors, spec.opt_levels, spec.pipelines):
-        entry = registry.get(e)
-        if not entry.accepts(t):
-            continue
-        budgets = spec.tunings if registry.tunable(e, t.tvm_target) else (0,)
-        layouts = (spec.layouts if entry.layouts else ()) or (None,)
-        for k, layout, budget in itertools.product(
-            [k for k in spec.kernels if k in entry.kernel_paths] or [None], layouts, budgets
-        ):
-            # A job per release, adjacent: the releases of one configuration build one after another.
-            for toolchain in spec.toolchains or (None,):
-                jobs.append(
-                    Job(
-                        model=m,
-                        target=t,
-                        executor=e,
-                        opt_level=o,
-                        pipeline=p,
-                        measure=spec.measure,
-                        kernels=k,
-                        tuning=auto.max_trials if budget == "auto" and auto else int(budget),
-                        tuning_settings=spec.tuning,
-                        tuning_auto=auto if budget == "auto" else None,
-                        toolchain=toolchain,
-                        layout=layout,
-                    )
-                )
-    return jobs
+    return [
+        Job(
+            model=m,
+            target=t,
+            executor=e,
+            opt_level=o,
+            pipeline=p,
+            measure=spec.measure,
+            kernels=k,
+            tuning=auto.max_trials if budget == "auto" and auto else int(budget),
+            tuning_settings=spec.tuning,
+            tuning_auto=auto if budget == "auto" else None,
+            toolchain=toolchain,
+            layout=layout,
+        )
+        for m, t, e, o, p, k, layout, budget, toolchain in configurations(spec)
+    ]
 
 
 def plan_rows(spec: SweepSpec, store: ResultStore, needs: list[Need] | None = None) -> list[dict[str, Any]]:

@@ -154,3 +154,20 @@ def test_sweep_id_is_a_content_hash(models_dir: Path, tmp_path: Path) -> None:
 def test_missing_sweep_file(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="no such sweep file"):
         load_spec(tmp_path / "nope.toml")
+
+
+def test_a_matrix_over_the_job_cap_is_refused_at_load_and_one_at_it_loads(models_dir: Path) -> None:
+    from orchestrator.plan import plan_jobs
+    from orchestrator.spec.matrix import MAX_JOBS
+
+    def sweep(budgets: int) -> str:  # two executors x ``budgets`` tuning budgets
+        tuning = ", ".join(str(b) for b in range(budgets))
+        return M + f"[axes]\nexecutor = ['vm-bytecode', 'vm-compiled']\ntuning = [{tuning}]\n"
+
+    with pytest.raises(SpecError) as info:
+        _parse(sweep(MAX_JOBS // 2 + 1), models_dir)
+    assert str(info.value) == (
+        f"[axes]: the sweep makes more than {MAX_JOBS:,} jobs (2 executor x {MAX_JOBS // 2 + 1} tuning); "
+        "split it into several sweeps or narrow an axis"
+    )
+    assert len(plan_jobs(_parse(sweep(MAX_JOBS // 2), models_dir))) == MAX_JOBS

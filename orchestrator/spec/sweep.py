@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.spec.checks import SpecError, axis, checked_name, no_control_characters, typed, unknown_keys
+from orchestrator.spec.matrix import check_size
 from orchestrator.spec.measure import parse_measure
 from orchestrator.spec.models import parse_model
 from orchestrator.spec.targets import check_mcu_pairing, check_tunable, parse_target
@@ -234,7 +235,7 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
         check_tuned_toolchains(toolchains, tuning)
     check_mcu_pairing(targets, executors)
 
-    return SweepSpec(
+    spec = SweepSpec(
         kernels=kernels,
         name=name,
         label=label,
@@ -255,6 +256,8 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
         toolchains=toolchains,
         layouts=layouts,
     )
+    check_size(spec)
+    return spec
 
 
 def parse_layouts(value: Any, executors: tuple[str, ...]) -> tuple[str, ...]:
