@@ -71,6 +71,18 @@ def test_group_and_pivot(filled) -> None:  # type: ignore[no-untyped-def]
         q.group(df, ["nonsense"])
 
 
+def test_group_and_pivot_take_what_a_user_may_type(filled) -> None:  # type: ignore[no-untyped-def]
+    df = q.query(filled, q.Filters(sweep="new", board="host"))
+    # A column named twice is grouped by once (pandas raised "cannot insert executor, already exists").
+    assert q.group(df, ["executor", "executor"]).equals(q.group(df, ["executor"]))
+    with pytest.raises(q.QueryError, match="--pivot executor is also in --group-by"):
+        q.pivot(df, ["executor"], "executor")
+    # A key no job has (no layout axis here) is "-", as grouping shows it; pandas would drop every row.
+    p = q.pivot(df, ["executor"], "layout")
+    assert list(p.columns) == ["executor", "layout=-"] and len(p) == 3, p
+    assert p.set_index("executor").loc["vm-bytecode", "layout=-"] == pytest.approx(6.0, rel=0.05)
+
+
 def test_best_names_winner_speedups_and_keeps_emulated_apart(filled) -> None:  # type: ignore[no-untyped-def]
     rows = ranking.best(filled)
     host = row_by(rows, board_key="host")

@@ -249,6 +249,7 @@ def group(df: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
     import pandas as pd
 
     _check_dimensions(by, "group")
+    by = list(dict.fromkeys(by))  # --group-by model,model is grouping by model
     if df.empty:
         return pd.DataFrame(columns=[*by, "jobs", "ok", "median", "fastest", "slowest"])
     ok = df["status"] == "ok"
@@ -273,7 +274,16 @@ def pivot(df: pd.DataFrame, rows: Sequence[str], columns: str, value: str = "med
     _check_dimensions([*rows, columns], "pivot")
     if not rows:
         raise QueryError("--pivot needs --group-by for the rows (e.g. --group-by model --pivot executor)")
+    rows = list(dict.fromkeys(rows))
+    if columns in rows:
+        raise QueryError(
+            f"--pivot {columns} is also in --group-by: its values are the rows or the columns, not both; "
+            f"pivot by another column"
+        )
     ok = df[df["status"] == "ok"]
+    # A key no job has (no layout axis, untuned) is "-", as in the grouped table: pandas would drop its rows.
+    keys = [*rows, columns]
+    ok = ok.assign(**{k: ok[k].astype(object).where(ok[k].notna(), "-") for k in keys})
     table = ok.pivot_table(index=list(rows), columns=columns, values=value, aggfunc="median")
     table.columns = [f"{columns}={c}" for c in table.columns]
     return table.reset_index()
