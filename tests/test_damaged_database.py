@@ -114,6 +114,14 @@ def test_damage_met_by_a_later_read_is_a_store_error(whole: Path) -> None:
         store.close()
 
 
+@pytest.mark.parametrize("args", [("results", "list"), ("report", SWEEP)], ids=" ".join)
+def test_damage_met_by_a_later_read_is_one_line_from_the_cli(whole: Path, args: tuple[str, ...]) -> None:
+    bad = copy(whole, "later-cli.db")
+    invalid_utf8_pass_trace(bad, last_build_only=True)
+    line = one_error_line(CliRunner().invoke(app, [*args, "--db", str(bad)]), exit_code=2)
+    assert f"results database {bad} is damaged" in line and ADVICE in line, line
+
+
 def test_a_writer_meeting_damage_is_not_retried(whole: Path) -> None:
     """A writer's damaged read is DamagedDatabase at once, not an OperationalError retried with back-off."""
     bad = copy(whole, "writer.db")

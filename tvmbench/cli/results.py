@@ -63,7 +63,8 @@ def results_sweeps(
     from tvmbench.answers import query
 
     tables(wide, only, tsv)
-    rows = query.sweeps_overview(open_store(db, read_only=True))
+    with failures_as_lines():
+        rows = query.sweeps_overview(open_store(db, read_only=True))
     if as_json:
         print_json(rows)
         return
