@@ -28,6 +28,12 @@ def get_sweep(s: Session, sweep_ref: str) -> m.Sweep | None:
     return None if sweep_id is None else s.get(m.Sweep, sweep_id)
 
 
+def sweep_ids_named(s: Session, name: str, limit: int = 5) -> list[str]:
+    """Ids of the sweeps whose name or label is ``name``, newest first (at most ``limit``)."""
+    stmt = select(m.Sweep.id).where((m.Sweep.name == name) | (m.Sweep.label == name))
+    return list(s.scalars(stmt.order_by(m.Sweep.created_at.desc()).limit(limit)))
+
+
 def sweep_status(s: Session, sweep_id: str) -> str | None:
     """The sweep's stored status (None if unknown)."""
     return s.scalar(select(m.Sweep.status).where(m.Sweep.id == sweep_id))

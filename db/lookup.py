@@ -53,8 +53,11 @@ def resolve_prefix(session: Any, column: Any, ref: str, what: str, *where: Any) 
         what: the thing's name for the error ("sweep", "job key", "board").
         where: further conditions (a job key within one sweep).
 
-    Returns None when nothing matches; QueryError, listing the candidates, when several values do.
+    Returns None when nothing matches; QueryError, listing the candidates, when several values do, or
+    when ``ref`` is blank (the prefix of everything: with one sweep stored it would name that one).
     """
+    if not ref.strip():
+        raise QueryError(f"{what} {ref!r} is blank: give an id or a unique prefix of one")
     if session.scalars(select(column).where(column == ref, *where).limit(1)).first() is not None:
         return ref
     stmt = select(column).where(column.startswith(ref, autoescape=True), *where).distinct()

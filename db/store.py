@@ -230,6 +230,10 @@ class ResultStore:
         """The sweep with this id or unique id prefix; None if none, QueryError if several start so."""
         return self._read(lambda s: control_reads.get_sweep(s, sweep_ref))
 
+    def sweep_ids_named(self, name: str) -> list[str]:
+        """Ids of the sweeps named or labelled ``name``, newest first (a few)."""
+        return self._read(lambda s: control_reads.sweep_ids_named(s, name))
+
     # --- builds ---------------------------------------------------------------------------------
 
     def get_build(self, build_key: str) -> records.Build | None:

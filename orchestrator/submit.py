@@ -236,11 +236,21 @@ def sweep_status(sweep_ref: str, *, store: Any | None, ray_address: str | None) 
             )
     if "state" not in status and "ray_status" not in status:
         where = " or ".join(w for w, on in (("the database", store is not None), ("Ray", bool(ray_address))) if on)
-        raise NotFound(
-            f"no sweep {sweep_ref!r} in {where}; `tvmbench results sweeps` lists stored sweeps"
-            + ("" if ray_address else ", --ray-address finds submitted ones")
-        )
+        more = "" if ray_address else ", --ray-address finds submitted ones"
+        raise NotFound(no_sweep(store, sweep_ref, where, more))
     return status
+
+
+def no_sweep(store: Any, sweep_ref: str, where: str, more: str = "") -> str:
+    """The line for a sweep id found nowhere: a name or label of stored sweeps says their ids (the commands
+    that act on a sweep take ids only: a name may stand for several runs)."""
+    named = store.sweep_ids_named(sweep_ref) if store is not None else []
+    if named:
+        return (
+            f"no sweep with id {sweep_ref!r} in {where}: that is the name of sweep(s) {', '.join(named)} "
+            "(newest first); give an id"
+        )
+    return f"no sweep {sweep_ref!r} in {where}; `tvmbench results sweeps` lists stored sweeps{more}"
 
 
 def _submission_or_fail(client: Any, sweep_ref: str) -> Any:
@@ -302,7 +312,7 @@ def cancel_local(store: Any, sweep_ref: str, *, wait_s: float = 30.0, poll_s: fl
     """
     sweep = store.get_sweep(sweep_ref)
     if sweep is None:
-        raise NotFound(f"no sweep {sweep_ref!r} in {shown_url(store.url)}; `tvmbench results sweeps` lists them")
+        raise NotFound(no_sweep(store, sweep_ref, shown_url(store.url)))
     before = store.request_cancel(sweep.id)
     # A driver known to be gone (tvmbench/core/liveness.py) never answers the flag: no wait for it.
     gone = liveness.driver_gone(sweep.driver_host, sweep.driver_pid, sweep.heartbeat_at)

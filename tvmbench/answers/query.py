@@ -302,7 +302,7 @@ def results(store: ResultStore, sweep_id: str | None = None) -> list[dict[str, A
         .outerjoin(m.Build, m.Build.build_key == m.Job.build_key)
         .order_by(m.Sweep.created_at.desc(), m.Job.id)
     )
-    if sweep_id:
+    if sweep_id is not None:  # --sweep "" names no sweep: an error, not every sweep
         stmt = stmt.where(m.Job.sweep_id == resolve_sweep(store, sweep_id).id)
     with store.read() as s:
         return [_result_row(job, run, build, tvm) for job, run, build, tvm in s.execute(stmt)]

@@ -295,7 +295,9 @@ def sweep_resume(
     store = open_store(db)
     sweep = call(store.get_sweep, sweep_id)  # a prefix of several sweeps: one line, exit 2
     if sweep is None:
-        fail(f"no sweep {sweep_id!r} in {shown_url(store.url)}; `tvmbench results sweeps` lists them", code=NOT_FOUND)
+        from orchestrator.submit import no_sweep
+
+        fail(no_sweep(store, sweep_id, shown_url(store.url)), code=NOT_FOUND)
     spec, notes = call(resume_spec, store, sweep)
     for line in notes:
         note(line)
