@@ -642,7 +642,7 @@ def _stored_sweep(tmp_path: Path) -> str:
     ("args", "expected"),
     [
         (("results", "best", "--confidence", "2"), "--confidence 2: must be above 0 and below 1"),
-        (("results", "best", "--confidence", "nan"), "--confidence nan: must be above 0"),
+        (("results", "best", "--confidence", "nan"), "--confidence nan: must be a finite number"),
         (("results", "compare", "optsweep0001", "optsweep0001", "--alpha", "5"), "--alpha 5: must be above 0"),
         (("results", "compare", "optsweep0001", "optsweep0001", "--threshold", "-1"), "--threshold -1: must be at"),
         (("results", "regressions", "--lookback", "0"), "--lookback 0: must be at least 1"),
@@ -653,10 +653,18 @@ def _stored_sweep(tmp_path: Path) -> str:
         (("results", "query", "--limit", "-1", "--json"), "--limit -1: must be at least 1"),
         (("results", "query", "--since", "yesterday"), "--since 'yesterday' is not an ISO date/time"),
         (("results", "show", "x", "--top", "-3"), "--top -3: must be at least 0"),
-        (("sweep", "cancel", "optsweep0001", "--wait", "nan"), "--wait nan: must be at least 0"),
+        (("sweep", "cancel", "optsweep0001", "--wait", "nan"), "--wait nan: must be a finite number"),
+        (("results", "compare", "optsweep0001", "optsweep0001", "--threshold", "inf"), "--threshold inf: must be a"),
+        (("results", "regressions", "--z", "inf"), "--z inf: must be a finite number"),
+        (("results", "query", "--max-memory-mb", "nan"), "--max-memory-mb nan: give the board's memory"),
+        (("report", "optsweep0001", "--png", "sweep.toml"), "--png sweep.toml is a file, not a folder"),
     ],
 )
-def test_answer_options_out_of_range_are_one_line(tmp_path: Path, args: tuple[str, ...], expected: str) -> None:
+def test_answer_options_out_of_range_are_one_line(
+    tmp_path: Path, args: tuple[str, ...], expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sweep.toml").touch()  # a file where --png wants a folder
     result = invoke(*args, "--db", _stored_sweep(tmp_path))
     assert result.exit_code == 2 and expected in one_error_line(result), result.output
 
@@ -778,3 +786,21 @@ def test_a_path_longer_than_the_file_system_allows_is_one_line_exit_2(tmp_path: 
     assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
     assert lines[0].startswith("error: ") and "File name too long; give a shorter path" in lines[0], lines
     assert " characters): " in lines[0] and len(lines[0]) < 200, lines  # the name shortened, its length given
+
+
+@pytest.mark.parametrize("command", ["status", "resume", "cancel"])
+def test_a_sweep_name_where_an_id_is_needed_says_the_ids(tmp_path: Path, command: str) -> None:
+    # `results ... --sweep` takes names, the commands that act on a sweep take ids: the line says which.
+    result = invoke("sweep", command, "t", "--db", _stored_sweep(tmp_path))  # "t" is the stored sweep's name
+    line = one_error_line(result)
+    assert result.exit_code == 2 and "that is the name of sweep(s) optsweep0001" in line and "give an id" in line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("results", "list", "--sweep", ""), ("results", "show", " "), ("sweep", "status", ""), ("farm", "reset", "")],
+)
+def test_a_blank_id_is_refused_not_a_prefix_of_everything(tmp_path: Path, args: tuple[str, ...]) -> None:
+    # With one sweep stored, "" was the unique prefix of its id: `results list --sweep ""` listed it.
+    result = invoke(*args, "--db", _stored_sweep(tmp_path))
+    assert result.exit_code == 2 and "is blank: give an id" in one_error_line(result), result.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -117,7 +118,13 @@ TrackerOpt = Annotated[
 
 
 def check_range(option: str, value: float, low: float, high: float | None = None, *, open_low: bool = False) -> None:
-    """Exit 2 naming ``option`` unless low <(=) value <(=) high (``nan`` never passes, unlike click's ranges)."""
+    """Exit 2 naming ``option`` unless low <(=) value <(=) high (``nan`` never passes, unlike click's ranges).
+
+    Infinity never passes either: no option of a command means "without bound" by it (the dashboard's
+    forms refuse it too), and arithmetic on it gives nan where a figure is printed.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        fail(f"{option} {value:g}: must be a finite number", code=2)
     above = value > low if open_low else value >= low
     if not (above and (high is None or value < high)):
         bounds = f"{'above' if open_low else 'at least'} {low:g}" + (f" and below {high:g}" if high is not None else "")

@@ -196,7 +196,7 @@ def results_query(
     from tvmbench.answers import query
 
     tables(wide, only, tsv)
-    if max_memory_mb is not None and max_memory_mb <= 0:
+    if max_memory_mb is not None and not max_memory_mb > 0:  # nan too
         fail(f"--max-memory-mb {max_memory_mb:g}: give the board's memory in MB, e.g. --max-memory-mb 512", code=2)
     filters = _filters(sweep, model, target, board, executor, opt_level, pipeline, status, since, until)
     filters = replace(filters, max_memory_mb=max_memory_mb)
@@ -415,6 +415,8 @@ def report_cmd(
 
     if output.is_dir():
         fail(f"-o {output} is a directory: give a file path such as {output / 'report.html'}", code=2)
+    if png is not None and png.exists() and not png.is_dir():
+        fail(f"--png {png} is a file, not a folder: give a folder for the PNGs (made if missing)", code=2)
     try:
         with failures_as_lines():
             written = html_report.write_report(open_store(db, read_only=True), sweep, output, png_dir=png)
