@@ -49,7 +49,8 @@ class DamagedDatabase(StoreError):
 
 def default_home() -> Path:
     """Where tvmbench keeps its database, artifact cache and farm state (TVMBENCH_HOME)."""
-    return Path(os.environ.get("TVMBENCH_HOME", Path.home() / ".tvmbench"))
+    # Set but empty (`TVMBENCH_HOME= tvmbench ...`) is unset, as for TVMBENCH_DB: not the current folder.
+    return Path(os.environ.get("TVMBENCH_HOME") or Path.home() / ".tvmbench")
 
 
 def ensure_home() -> Path:

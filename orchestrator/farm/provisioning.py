@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from db.engine import default_home
 from orchestrator.farm.errors import FarmError
 from workers.board_kinds import BOARD_AGENT, INFRA_DIR, BoardKind, kind_for_key, provisioned_kinds
 from workers.toolchains.boards import release_key
@@ -43,8 +44,7 @@ def board_root(key: str) -> Path:
     env = os.environ.get("TVMBENCH_BOARD_ROOT_" + re.sub(r"[^A-Z0-9]", "_", key.upper()))
     if env:
         return Path(env)
-    home = Path(os.environ.get("TVMBENCH_HOME", Path.home() / ".tvmbench"))
-    return home / "boards" / key
+    return default_home() / "boards" / key
 
 
 def is_provisioned(root: Path) -> bool:
