@@ -804,3 +804,10 @@ def test_a_blank_id_is_refused_not_a_prefix_of_everything(tmp_path: Path, args: 
     # With one sweep stored, "" was the unique prefix of its id: `results list --sweep ""` listed it.
     result = invoke(*args, "--db", _stored_sweep(tmp_path))
     assert result.exit_code == 2 and "is blank: give an id" in one_error_line(result), result.output
+
+
+def test_an_empty_tvmbench_home_is_the_default_not_the_current_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    from db.engine import default_home
+
+    monkeypatch.setenv("TVMBENCH_HOME", "")
+    assert default_home() == Path.home() / ".tvmbench"

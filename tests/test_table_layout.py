@@ -114,3 +114,10 @@ def test_wide_characters_count_as_the_cells_they_take(terminal: bool) -> None:
     # Plain text wraps a name by cells too (when COLUMNS limits the width).
     assert _wrap("模型模型 ab 模型", 9) == ["模型模型", "ab 模型"]
     assert _wrap("模型模型模型", 4) == ["模型模型模型"], "a longer word keeps its own line, whole"
+
+
+def test_a_text_column_with_a_gap_stays_left_aligned() -> None:
+    # `results query` of a sweep with a pending-device job: pandas fills its missing board with NaN.
+    rows = [{"board": "host@127.0.0.1:9000", "median": 1.5}, {"board": float("nan"), "median": float("nan")}]
+    board, median = columns.generic(["board", "median"], rows)
+    assert (board.right, median.right) == (False, True)

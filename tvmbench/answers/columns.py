@@ -354,7 +354,10 @@ def generic(keys: list[str], rows: list[dict[str, Any]], priority: dict[str, int
     ranks = {**GENERIC_PRIORITY, **(priority or {})}
     out = []
     for k in keys:
-        numeric = any(isinstance(r.get(k), Real) and not isinstance(r.get(k), bool) for r in rows)
+        # pandas fills a missing text value (a job with no board) with NaN, a float: it is no number, and
+        # a column of names with one gap stays left-aligned.
+        values = [r.get(k) for r in rows if not (isinstance(r.get(k), float) and math.isnan(r.get(k)))]
+        numeric = any(isinstance(v, Real) and not isinstance(v, bool) for v in values)
         when = k.endswith("_at")
         out.append(
             Column(
