@@ -96,7 +96,7 @@ def test_board_killed_mid_run_is_infra_and_retry_runs_on_another_board(
 ) -> None:
     started = time.monotonic()
     thread, box = _in_thread(lambda: _measure(slow, farm2.tracker))
-    victim = wait_until(lambda: board_in_session(farm2), 30, "a board to start the measurement")
+    victim = wait_until(lambda: board_in_session(farm2), 120, "a board to start the measurement")
     os.killpg(victim.pid, signal.SIGKILL)  # the agent and its session child, no warning
     thread.join(slow.job.measure.session_timeout_s)
     assert box, "the measurement did not return within the session deadline"
@@ -122,9 +122,9 @@ def test_session_process_killed_mid_run_is_infra_and_the_board_keeps_serving(
     farm = LocalFarm.start(tmp_path / "farm", {"host": 1})
     try:
         thread, box = _in_thread(lambda: _measure(slow, farm.tracker))
-        board = wait_until(lambda: board_in_session(farm), 30, "the board to start the measurement")
+        board = wait_until(lambda: board_in_session(farm), 120, "the board to start the measurement")
         agent = psutil.Process(board.pid)
-        sessions = wait_until(agent.children, 10, "the session process")
+        sessions = wait_until(agent.children, 120, "the session process")
         for proc in sessions:
             proc.kill()
         thread.join(slow.job.measure.session_timeout_s)

@@ -110,5 +110,6 @@ def test_a_port_where_postgresql_does_not_answer_is_one_line(
         elapsed = time.monotonic() - started
         assert f"nothing PostgreSQL answered at 127.0.0.1:{silent_port} within 2 s" in line
         assert "check the URL's host and port" in line
-        # Generous: a few timeouts' worth, far below the 130 s psycopg waits with no timeout given.
-        assert elapsed < 15 * 2, elapsed
+        # Not retried into minutes: below the 130 s psycopg waits with no timeout given, with room for a busy
+        # machine (the message above already says the 2 s timeout applied).
+        assert elapsed < 100, elapsed

@@ -208,7 +208,7 @@ def test_farm_up_tvm_starts_a_board_of_that_release_status_shows_it_down_stops_i
         down = farm("down")
     assert down.exit_code == 0, down.output
     for b in boards:
-        wait_until(lambda b=b: _gone(b["pid"]), 10, f"board process {b['pid']} to stop after farm down")
+        wait_until(lambda b=b: _gone(b["pid"]), 120, f"board process {b['pid']} to stop after farm down")
     assert not (release_home / "farm.json").exists()
 
 
@@ -273,4 +273,4 @@ def test_farm_up_arm64_emu_tvm_runs_that_release_on_aarch64_and_measures_its_cro
     finally:
         down = farm("down")
     assert down.exit_code == 0, down.output
-    wait_until(lambda: _gone(board["pid"]), 10, f"board process {board['pid']} to stop after farm down")
+    wait_until(lambda: _gone(board["pid"]), 120, f"board process {board['pid']} to stop after farm down")

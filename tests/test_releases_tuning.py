@@ -221,7 +221,7 @@ def test_cancel_kills_the_child_keeps_its_records_and_resume_continues(tuned: Tu
         thread.join(60)
         assert box, "the cancel did not stop the sweep in time"
         assert set(store.job_statuses(spec.sweep_id).values()) == {"cancelled"}
-        wait_until(lambda: not _our_children(), 30, "the toolchain child to end with its build task")
+        wait_until(lambda: not _our_children(), 120, "the toolchain child to end with its build task")
         kept = _records(store)
         assert kept >= 1  # what the child measured before the cancel is in SQL
         outcome = run_sweep(spec, store, tuned.farm.tracker, cache, health_checks=False, reopen_cancelled=True)
@@ -330,11 +330,11 @@ def test_bridge_asks_the_host_fence_for_the_child(tmp_path: Path) -> None:
 
     thread = threading.Thread(target=time_one, daemon=True)
     thread.start()
-    wait_until(lambda: any((tmp_path / files.FENCE_DIR).glob("*.time")), 10, "the child's ask")
+    wait_until(lambda: any((tmp_path / files.FENCE_DIR).glob("*.time")), 120, "the child's ask")
     bridge.poll()
     assert not timed.is_set() and fence.state.waiting_timers  # another build holds the fence: it waits
     fence.release("other build")
-    wait_until(lambda: (bridge.poll(), timed.is_set())[1], 10, "the grant once the build let go")
+    wait_until(lambda: (bridge.poll(), timed.is_set())[1], 120, "the grant once the build let go")
     assert len(fence.state.timing) == 1 and not fence.try_hold("build", "new build", 60)  # timing alone
     leave.set()
     thread.join(10)

@@ -72,7 +72,7 @@ def test_a_batch_is_timed_in_one_session_that_is_closed_after_it(
         assert len(sessions_opened) == 1, sessions_opened
         # Nothing queued: the session is closed and the board goes back to the tracker for other jobs.
         assert runner.open_sessions() == 0
-        wait_until(lambda: _board_free(local_farm.tracker), 30, "the board free again after the batch")
+        wait_until(lambda: _board_free(local_farm.tracker), 120, "the board free again after the batch")
         assert [r.error_msg for r in _run(runner, candidate, 2)] == [None] * 2
         assert len(sessions_opened) == 2, sessions_opened  # the next batch opened a session of its own
     finally:
