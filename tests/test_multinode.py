@@ -69,7 +69,7 @@ class RayCluster:
         req = urllib.request.Request(
             f"{self.dashboard}/api/v0/nodes?detail=1&limit=100", headers={"Authorization": f"Bearer {self.token}"}
         )
-        with urllib.request.urlopen(req, timeout=5) as resp:
+        with urllib.request.urlopen(req, timeout=60) as resp:
             data = json.load(resp)
         return [n for n in data["data"]["result"]["result"] if n["state"] == "ALIVE"]
 
@@ -91,7 +91,7 @@ class RayCluster:
         req = urllib.request.Request(
             f"{self.dashboard}/api/v0/tasks?{query}", headers={"Authorization": f"Bearer {self.token}"}
         )
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        with urllib.request.urlopen(req, timeout=60) as resp:
             data = json.load(resp)
         return [t for t in data["data"]["result"]["result"] if t["state"] == "FINISHED"]
 

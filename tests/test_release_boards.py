@@ -101,7 +101,7 @@ def test_a_026_board_registers_under_its_release_key_and_reports_its_runtime(far
     board = next(b for b in farm026.boards if b.key == KEY026)
     assert (board.tvm_version, board.toolchain) == (RELEASE, RELEASE)
     assert registered_keys(tracker_summary(farm026.tracker)) == {KEY026: 1, LIAR: 1}
-    session = request_session(farm026.tracker, KEY026, deadline_s=20, session_timeout_s=30)
+    session = request_session(farm026.tracker, KEY026, deadline_s=120, session_timeout_s=30)
     try:
         assert board_runtime(session.remote) == {"tvm_version": RELEASE, "ffi_version": "0.1.14.post1"}
         facts = json.loads(session.remote.get_function("tvmbench.board_facts")())
@@ -156,7 +156,7 @@ def test_a_stock_rpc_server_is_taken_at_its_keys_word(farm026: LocalFarm, built0
     server = _spawn(command, tmp_path / "stock.log")
     try:
         wait_until(lambda: key in registered_keys(tracker_summary(farm026.tracker)), 60, f"stock server {key}")
-        session = request_session(farm026.tracker, key, deadline_s=20, session_timeout_s=30)
+        session = request_session(farm026.tracker, key, deadline_s=120, session_timeout_s=30)
         assert board_runtime(session.remote) is None  # a stock server cannot say what it runs
         del session
         run = measure_job(MeasureRequest(on_key(job, key), build, artifact, inputs, reference, farm026.tracker))

@@ -337,7 +337,7 @@ def test_bridge_asks_the_host_fence_for_the_child(tmp_path: Path) -> None:
     wait_until(lambda: (bridge.poll(), timed.is_set())[1], 120, "the grant once the build let go")
     assert len(fence.state.timing) == 1 and not fence.try_hold("build", "new build", 60)  # timing alone
     leave.set()
-    thread.join(10)
+    thread.join(60)
     bridge.poll()
     assert fence.state.timing == {} and list((tmp_path / files.FENCE_DIR).iterdir()) == []
     # A child killed while it holds the fence: the parent lets go of it when the child is gone.

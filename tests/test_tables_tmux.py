@@ -58,7 +58,7 @@ class Tmux:
         self.count = 0
 
     def _tmux(self, *args: str) -> str:
-        done = subprocess.run([*self.base, *args], env=self.env, capture_output=True, text=True, timeout=30)
+        done = subprocess.run([*self.base, *args], env=self.env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, (args, done.stderr)
         return done.stdout
 
