@@ -11,7 +11,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from db.engine import default_home
 from orchestrator.farm.errors import FarmError
 from workers.board_kinds import BOARD_AGENT, INFRA_DIR, BoardKind, kind_for_key, provisioned_kinds
 from workers.toolchains.boards import release_key
@@ -44,6 +43,8 @@ def board_root(key: str) -> Path:
     env = os.environ.get("TVMBENCH_BOARD_ROOT_" + re.sub(r"[^A-Z0-9]", "_", key.upper()))
     if env:
         return Path(env)
+    from db.engine import default_home  # here: db.engine loads SQLAlchemy, which `farm up --help` must not
+
     return default_home() / "boards" / key
 
 
