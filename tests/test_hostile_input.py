@@ -101,6 +101,15 @@ CASES = {
         ),
         "input 'x\\x1b]0;PWNED\\x07' contains the control character U+001B",
     ),
+    # numpy has bfloat16 only through ml_dtypes, and ONNX Runtime's Python API takes no input of it.
+    "bfloat16-input": (
+        lambda: _raw(
+            [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)],
+            [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [1, 4])],
+            [_vi("y", [1, 4])],
+        ),
+        "input 'x' is a tensor of bfloat16",
+    ),
     "huge-input": (
         lambda: _raw([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [50000, 50000])], [_vi("y", [50000, 50000])]),
         "9.3 GiB",

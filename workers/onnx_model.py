@@ -175,7 +175,7 @@ def check_intake(proto: onnx.ModelProto, path: Path) -> None:
             if value.name not in initializers and (problem := _not_a_numeric_tensor(value)):
                 raise ModelError(
                     f"{path}: {kind} {value.name!r} is {problem}; tvmbench builds and times models whose inputs "
-                    "and outputs are numeric tensors: re-export it without that "
+                    "and outputs are numeric tensors (bool, integers, float16/32/64): re-export it without that "
                     + ("input" if kind == "input" else "output (skl2onnx: options={'zipmap': False})")
                 )
     # Inputs are allocated on the driver and the board, outputs on the board and again for the reference.
@@ -241,6 +241,8 @@ def _not_a_numeric_tensor(value: onnx.ValueInfoProto) -> str | None:
     if dtype == np.dtype(object):
         return "a tensor of strings"
     if np.issubdtype(dtype, np.complexfloating):
+        return f"a tensor of {dtype.name}"
+    if dtype.kind not in "biuf":  # bfloat16, float8, int4: ml_dtypes types ONNX Runtime's Python API cannot take
         return f"a tensor of {dtype.name}"
     return None
 
