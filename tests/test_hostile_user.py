@@ -517,43 +517,39 @@ def test_inputs_and_outputs_that_are_no_numeric_tensors_are_refused(
     assert result.exit_code == 2 and expected in line and "numeric tensors" in line, result.output
 
 
-def test_an_operator_onnx_runtime_lacks_is_not_blamed_on_the_inputs() -> None:
-    """A custom-domain operator: ONNX Runtime has no kernel, so no input_ranges hint (it cannot help)."""
+def _reference_line(name: str, nodes: list, output: str, *opsets: tuple[str, int]) -> str:
+    """``reference_problem``'s line for a float[1,4] -> float[1,4] graph ONNX Runtime refuses."""
     from onnx import TensorProto, helper
 
     from workers.reference import reference_problem
 
     tensor = helper.make_tensor_value_info
-    model = helper.make_model(
-        helper.make_graph([helper.make_node("Frobnicate", ["x"], ["y"], domain="com.example")], "g",
-                          [tensor("x", TensorProto.FLOAT, [1, 4])], [tensor("y", TensorProto.FLOAT, [1, 4])]),
-        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
-    )  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "g", [tensor("x", TensorProto.FLOAT, [1, 4])], [tensor(output, TensorProto.FLOAT, [1, 4])]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in [("", 17), *opsets]])
     model.ir_version = 8
     inputs = {"x": np.ones((1, 4), np.float32)}
     with pytest.raises(Exception) as raised:
         reference_outputs(model.SerializeToString(), inputs)
-    line = reference_problem("custom", inputs, raised.value, "seeded")
+    return reference_problem(name, inputs, raised.value, "seeded")
+
+
+def test_an_operator_onnx_runtime_lacks_is_not_blamed_on_the_inputs() -> None:
+    """A custom-domain operator: ONNX Runtime has no kernel, so no input_ranges hint (it cannot help)."""
+    from onnx import helper
+
+    custom = helper.make_node("Frobnicate", ["x"], ["y"], domain="com.example")
+    line = _reference_line("custom", [custom], "y", ("com.example", 1))
     assert "Frobnicate" in line and "no kernel for an operator" in line and "input_ranges" not in line, line
 
 
 def test_a_model_onnx_runtime_cannot_load_is_not_blamed_on_the_inputs() -> None:
     """A graph with a cycle loads nowhere: the line says the model is invalid, not to change input_ranges."""
-    from onnx import TensorProto, helper
+    from onnx import helper
 
-    from workers.reference import reference_problem
-
-    tensor = helper.make_tensor_value_info
-    model = helper.make_model(
-        helper.make_graph([helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Relu", ["a"], ["b"])], "g",
-                          [tensor("x", TensorProto.FLOAT, [1, 4])], [tensor("a", TensorProto.FLOAT, [1, 4])]),
-        opset_imports=[helper.make_opsetid("", 17)],
-    )  # fmt: skip
-    model.ir_version = 8
-    inputs = {"x": np.ones((1, 4), np.float32)}
-    with pytest.raises(Exception) as raised:
-        reference_outputs(model.SerializeToString(), inputs)
-    line = reference_problem("cyclic", inputs, raised.value, "seeded")
+    cycle = [helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Relu", ["a"], ["b"])]
+    line = _reference_line("cyclic", cycle, "a")
     assert line.startswith("ONNX Runtime cannot load model cyclic: ") and "the model itself is invalid" in line, line
     assert "input_ranges" not in line, line
 
