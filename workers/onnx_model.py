@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 
 from tvmbench.core.errors import describe_missing
+from tvmbench.core.printable import shortened
 
 BUNDLED_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
@@ -102,10 +103,9 @@ def _external_data_problem(tensor: onnx.TensorProto, path: Path) -> str:
     try:
         return _external_location_problem(tensor, path, location)
     except (OSError, RuntimeError):  # a name too long to stat, a symlink loop (RuntimeError from resolve())
-        shown = location if len(location) <= 60 else f"{location[:60]}... ({len(location)} characters)"
         return (
-            f"{path}: tensor {tensor.name!r} keeps its data at {shown!r}, which cannot be resolved; refused, "
-            "unread: re-save the model with its weights inside the .onnx file"
+            f"{path}: tensor {tensor.name!r} keeps its data at {shortened(location)!r}, which cannot be resolved; "
+            "refused, unread: re-save the model with its weights inside the .onnx file"
         )
 
 

@@ -94,10 +94,11 @@ def main() -> None:
         interrupts.ignore_from_now()
 
 
-def _shorten(name: object, keep: int = 30) -> str:
-    """A path as one readable line: its first and last ``keep`` characters and its length when longer."""
-    text = os.fsdecode(name) if isinstance(name, str | bytes) else "a path"
-    return text if len(text) <= 2 * keep + 3 else f"{text[:keep]}...{text[-keep:]} ({len(text)} characters)"
+def _shorten(name: object) -> str:
+    """The path an OSError names, as one readable line."""
+    from tvmbench.core.printable import shortened
+
+    return shortened(os.fsdecode(name)) if isinstance(name, str | bytes) else "a path"
 
 
 def _discard_stdout() -> None:

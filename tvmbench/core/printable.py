@@ -18,3 +18,8 @@ def printable(text: str) -> str:
     return "".join(
         c if c in "\n\t" or unicodedata.category(c) != "Cc" else c.encode("unicode_escape").decode() for c in text
     )
+
+
+def shortened(text: str, keep: int = 30) -> str:
+    """``text`` as one readable line: its first and last ``keep`` characters and its length when longer."""
+    return text if len(text) <= 2 * keep + 3 else f"{text[:keep]}...{text[-keep:]} ({len(text)} characters)"
