@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from orchestrator.farm.network import (
         LOOPBACK,
         RPC_WARNING,
-        check_bindable,
         free_port,
         is_loopback,
+        listen,
         warn_exposed,
     )
     from orchestrator.farm.processes import reap_stale_farms, stop_pid, stop_recorded_farm, write_pid_file
@@ -59,7 +59,6 @@ _WHERE: dict[str, str] = {
     "board_list": "boards_view",
     "board_root": "provisioning",
     "board_rows": "boards_view",
-    "check_bindable": "network",
     "configured_tracker": "state",
     "connect": "state",
     "down": "state",
@@ -68,6 +67,7 @@ _WHERE: dict[str, str] = {
     "is_loopback": "network",
     "is_provisioned": "provisioning",
     "known_board_rows": "boards_view",
+    "listen": "network",
     "live_board_facts": "boards_view",
     "provision_board": "provisioning",
     "provision_boards": "provisioning",
@@ -97,7 +97,6 @@ __all__ = [
     "board_list",
     "board_root",
     "board_rows",
-    "check_bindable",
     "configured_tracker",
     "connect",
     "down",
@@ -106,6 +105,7 @@ __all__ = [
     "is_loopback",
     "is_provisioned",
     "known_board_rows",
+    "listen",
     "live_board_facts",
     "provision_board",
     "provision_boards",

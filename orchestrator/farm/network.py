@@ -28,13 +28,20 @@ def warn_exposed(what: str, host: str, risk: str = RPC_WARNING) -> None:
     print(f"warning: {what} listening on {host}: {risk}", file=sys.stderr)
 
 
-def check_bindable(host: str, port: int) -> None:
-    """OSError unless ``port`` (0: any) on ``host`` can be bound now, with the tracker's SO_REUSEADDR."""
-    family = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0][0]  # a host that is no address: gaierror
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        # As the tracker binds (tvm.rpc.tracker): a port left in TIME_WAIT passes, one something listens on fails.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((host, port))
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (0: a free port) and listening, so a taken port is one clear OSError
+    here (the dashboard serves on it; `farm up` closes it again, having checked the tracker can bind)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    # As the tracker binds (tvm.rpc.tracker): a port left in TIME_WAIT passes, one something listens on fails.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)  # connections queue from now on, before uvicorn's loop accepts them
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def free_port(host: str = LOOPBACK) -> int:

@@ -93,7 +93,7 @@ def _check_listen(host: str, port: int) -> None:
     except ValueError:
         fail(f"--host {host!r}: a local farm listens on an IPv4 address or host name, e.g. 127.0.0.1", code=INVALID)
     try:
-        farm.check_bindable(host, port)
+        farm.listen(host, port).close()
     except OSError as exc:  # like `serve --port`: a port taken, or an address that is not this machine's
         where = f"{host}:{port}" if port else host
         fix = "choose another --port" if exc.errno == errno.EADDRINUSE else "give --host an address of this machine"

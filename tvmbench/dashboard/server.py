@@ -6,7 +6,7 @@ import socket
 import sys
 from typing import TYPE_CHECKING
 
-from orchestrator.farm import LOOPBACK, is_loopback, warn_exposed
+from orchestrator.farm import LOOPBACK, is_loopback, listen, warn_exposed
 
 if TYPE_CHECKING:
     import uvicorn
@@ -49,20 +49,6 @@ def open_readonly(url: str | None) -> ResultStore:
     except Exception as exc:
         shown = shown_url(url)
         raise ServeError(f"cannot open results database {shown} read-only: {one_line(exc)}") from None
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host:port`` (0: a free port), so a taken port is one clear OSError here."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(128)  # connections queue from now on, before uvicorn's loop accepts them
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 def make_server(
