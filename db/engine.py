@@ -34,6 +34,7 @@ _MIGRATION_LOCK = 0x7476_6D62  # "tvmb": the PostgreSQL advisory lock key that s
 #: pointing at a port where something else listens (Redis, SSH) used to hang before saying anything.
 CONNECT_TIMEOUT_S = 10
 _READ_ONLY_OPTION = "-c default_transaction_read_only=on"
+BUSY_TIMEOUT_S = 30  # how long a SQLite connection waits for another's lock before "database is locked"
 _SQLITE_CORRUPT = 11  # SQLite's primary result code for a damaged file (extended codes keep it in the low byte)
 _PG_CORRUPTED = ("XX001", "XX002")  # SQLSTATE data_corrupted, index_corrupted
 _UTF8_COLUMN = re.compile(r"Could not decode to UTF-8 column '([^']*)'")
@@ -45,6 +46,10 @@ class StoreError(RuntimeError):
 
 class DamagedDatabase(StoreError):
     """The results database's file or data is damaged: no command can read it as it is."""
+
+
+class DatabaseLocked(StoreError):
+    """Another program held the SQLite file's lock for longer than the busy timeout."""
 
 
 def default_home() -> Path:
@@ -170,14 +175,14 @@ def _make_engine(url: str, read_only: bool) -> Engine:
 
         return engine
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 30})
+        engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S})
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=FULL")
-            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
 
@@ -218,6 +223,14 @@ def _name_failures(engine: Engine, url: str) -> None:
                 f"results database {shown} is damaged ({damage}): restore it from a backup, or run a new "
                 "sweep into another --db"
             ) from None
+        if path is not None and "database is locked" in str(exc):
+            # WAL lets readers and one writer share the file; a lock held this long is another program's
+            # open transaction (a sqlite3 shell after BEGIN, a database browser), or a file on a network mount.
+            raise DatabaseLocked(
+                f"results database {shown} stayed locked by another program for {BUSY_TIMEOUT_S} s: end that "
+                "program's open transaction (a sqlite3 shell, a database browser) and run the command again; "
+                "nothing stored was changed"
+            ) from None
         timed_out = type(exc).__name__ == "ConnectionTimeout" or "timeout expired" in str(exc)
         if timed_out and parsed.get_backend_name() == "postgresql":
             address = f"{parsed.host or 'localhost'}:{parsed.port or 5432}"
@@ -249,7 +262,7 @@ def _connect_timeout(query: Any) -> str:
 def _sqlite_connect(uri: str) -> Any:
     import sqlite3
 
-    return sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
+    return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
 
 
 # --- schema ---------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from db.engine import (  # noqa: F401  (re-exported: callers import these from d
     MIGRATIONS,
     READ_THREADS,
     SUPPORTED_BACKENDS,
+    DatabaseLocked,
     StoreError,
     check_backend,
     check_sqlite_path,
@@ -122,7 +123,7 @@ class ResultStore:
         for i in range(attempts):
             try:
                 return fn()
-            except OperationalError as exc:
+            except (OperationalError, DatabaseLocked) as exc:  # a sweep outwaits another program's transaction
                 # A file that cannot be opened stays so: say it now rather than after the back-off.
                 if i == attempts - 1 or "unable to open database file" in str(exc):
                     raise

@@ -16,13 +16,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from db.engine import DamagedDatabase
+from db.engine import DamagedDatabase, DatabaseLocked
 from db.store import ResultStore
 from tests.conftest import one_error_line
 from tests.synthetic import Result, add_sweep, noisy
@@ -55,7 +55,7 @@ def whole(tmp_path: Path) -> Path:
         ],
     )
     store.close()
-    with sqlite3.connect(path) as conn:  # everything into the file itself: a copy of it is the database
+    with closing(sqlite3.connect(path)) as conn:  # everything into the file itself: a copy of it is the database
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return path
 
@@ -200,3 +200,51 @@ def test_the_dashboard_answers_its_error_page_and_logs_one_line(whole: Path) -> 
     assert [line for line in written.splitlines() if line.strip()] == [
         f"results database {bad} is damaged (column pass_trace holds text that is not UTF-8): {ADVICE}"
     ]
+
+
+@contextmanager
+def held_exclusively(path: Path) -> Iterator[None]:
+    """Another program's open transaction on ``path`` in rollback-journal mode, where it blocks readers too."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.execute("BEGIN EXCLUSIVE")
+    try:
+        yield
+    finally:
+        conn.execute("ROLLBACK")
+        conn.close()
+
+
+@pytest.mark.parametrize("args", [("results", "list"), ("results", "sweeps")], ids=" ".join)
+def test_a_lock_held_past_the_busy_timeout_is_one_line(
+    whole: Path, args: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: "cannot open results database: ... OperationalError: (sqlite3.OperationalError) database is
+    locked", exit 2 as for bad input. Now it names the database and what to do, exit 1: nothing was wrong."""
+    monkeypatch.setattr("db.engine.BUSY_TIMEOUT_S", 0.2)
+    with held_exclusively(whole):
+        line = one_error_line(CliRunner().invoke(app, [*args, "--db", str(whole)]), exit_code=1)
+    assert f"results database {whole} stayed locked by another program" in line, line
+    assert "end that program's open transaction" in line and "OperationalError" not in line, line
+    with closing(sqlite3.connect(whole)) as conn:  # the lock gone, everything is still there
+        assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 2
+
+
+def test_a_writer_outwaits_a_lock_then_names_it(whole: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer retries while another program holds the lock (as for a busy database), then says DatabaseLocked."""
+    monkeypatch.setattr("db.engine.BUSY_TIMEOUT_S", 0.05)
+    monkeypatch.setattr("db.store.time.sleep", lambda _s: None)  # the back-off's waits, not the lock's
+    store = ResultStore(f"sqlite:///{whole}")
+    store.engine.dispose()  # its pooled connection would keep the file in WAL mode
+    attempts = []
+
+    def count(session: object) -> None:
+        attempts.append(1)
+        session.connection().exec_driver_sql("DELETE FROM jobs WHERE 0")  # type: ignore[attr-defined]
+
+    try:
+        with held_exclusively(whole), pytest.raises(DatabaseLocked, match=f"results database {whole} stayed locked"):
+            store._write(count)
+        assert len(attempts) == 6, attempts
+    finally:
+        store.close()

@@ -152,6 +152,16 @@ def test_results_list_of_an_unknown_sweep_is_exit_2(home: Path) -> None:
     assert found.returncode == 0 and {r["sweep_id"] for r in json.loads(found.stdout)} == {"abcdef123456"}
 
 
+
+@pytest.mark.parametrize(
+    "args", [("results", "list"), ("results", "sweeps"), ("targets", "list"), ("tuning", "list")], ids=" ".join
+)
+def test_json_and_tsv_together_are_refused(home: Path, args: tuple[str, ...]) -> None:
+    """Two formats for one stdout: before, --json won silently and a spreadsheet got JSON."""
+    result = runner.invoke(app, [*args, "--json", "--tsv"])
+    assert result.exit_code == 2, result.output
+    assert "--json and --tsv are two formats for one output: choose one" in result.output
+
 # --- 5. signals --------------------------------------------------------------------------------------
 
 

@@ -77,11 +77,14 @@ ColumnsOpt = Annotated[
 TsvOpt = Annotated[bool, typer.Option("--tsv", help="Tab-separated values (every column, full ids) for spreadsheets.")]
 
 
-def tables(wide: bool = False, columns: str | None = None, tsv: bool = False) -> None:
-    """Set how this command prints its tables (--wide, --columns, --tsv); a wrong column name exits 2.
+def tables(wide: bool = False, columns: str | None = None, tsv: bool = False, as_json: bool = False) -> None:
+    """Set how this command prints its tables (--wide, --columns, --tsv); a wrong column name, or --tsv with
+    --json (two formats for one stdout), exits 2.
 
     With --tsv, stdout carries the TSV alone: the lines a command prints around its tables go to stderr.
     """
+    if tsv and as_json:
+        fail("--json and --tsv are two formats for one output: choose one", INVALID)
     names = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
     table.current = table.Options(wide=wide, columns=names, tsv=tsv, on_error=lambda m: fail(f"--columns: {m}", 2))
     console.file = sys.stderr if tsv else None  # type: ignore[assignment]  (None: sys.stdout at each print)
@@ -154,13 +157,16 @@ def open_store(db: str | None, read_only: bool = False) -> ResultStore:
     tvmbench database and an older schema are each one line; a database it cannot write (a read-only
     mount) works; a SQLite file that does not exist yet (a fresh machine) reads as an empty database.
     """
-    from db.engine import refuse_in_memory
+    from db.engine import DatabaseLocked, refuse_in_memory
     from db.store import ResultStore, StoreError
     from tvmbench.core.errors import one_line
 
     try:
         refuse_in_memory(db)
         return ResultStore(db, read_only=read_only, missing="empty")
+    except DatabaseLocked as exc:  # not bad input: the same command works once the other program lets go
+        fail(str(exc), code=1)
+        raise  # unreachable: fail exits
     except StoreError as exc:
         fail(redact(f"cannot open results database: {exc}", db), code=INVALID)
         raise  # unreachable: fail exits
@@ -208,6 +214,7 @@ _LIBRARY_FAILURES = (
     ("orchestrator.farm", "FarmError", 1),
     ("db.writes", "SweepBusy", 1),  # another live driver runs the sweep
     ("db.engine", "DamagedDatabase", 2),  # met by a query after the open's check (a page deep in a table)
+    ("db.engine", "DatabaseLocked", 1),  # another program's transaction outlasted the busy timeout
     ("orchestrator.submit", "SubmitError", 1),
 )
 

@@ -278,7 +278,7 @@ def farm_list(
     """Every board the tracker knows: key, state (free/busy), and its facts (live, else from the database)."""
     from tvmbench.answers import query
 
-    tables(wide, only, tsv)
+    tables(wide, only, tsv, as_json)
     address = tracker or farm.configured_tracker(home())
     if not address:
         fail("no farm configured: `tvmbench farm up` starts a local one, `tvmbench farm connect HOST:PORT` uses yours")

@@ -46,7 +46,7 @@ def results_list(
     """One row per job: configuration, status, median latency, error against ONNX Runtime."""
     from tvmbench.answers import query
 
-    tables(wide, only, tsv)
+    tables(wide, only, tsv, as_json)
     with failures_as_lines():  # an unknown or ambiguous --sweep: one line, exit 2
         rows = query.results(open_store(db, read_only=True), sweep)
     if as_json:
@@ -62,7 +62,7 @@ def results_sweeps(
     """The sweeps in the database, newest first, with their progress (jobs final / ok / failed / pending)."""
     from tvmbench.answers import query
 
-    tables(wide, only, tsv)
+    tables(wide, only, tsv, as_json)
     with failures_as_lines():
         rows = query.sweeps_overview(open_store(db, read_only=True))
     if as_json:
@@ -92,7 +92,7 @@ def results_show(
     """One job: configuration, build facts, pass trace, samples, errors, top kernels; --diff another job."""
     from tvmbench.answers import why
 
-    tables(wide, only, tsv)
+    tables(wide, only, tsv, as_json)
     check_range("--top", top, 0)
     with failures_as_lines():  # unknown jobs or sweeps: one line, exit 2
         shown = why.explain_job(open_store(db, read_only=True), job, sweep, diff, diff_sweep)
@@ -195,7 +195,7 @@ def results_query(
     """Filter results; optionally group (counts, median/fastest/slowest of ok medians) or pivot them."""
     from tvmbench.answers import query
 
-    tables(wide, only, tsv)
+    tables(wide, only, tsv, as_json)
     if max_memory_mb is not None and not max_memory_mb > 0:  # nan too
         fail(f"--max-memory-mb {max_memory_mb:g}: give the board's memory in MB, e.g. --max-memory-mb 512", code=2)
     filters = _filters(sweep, model, target, board, executor, opt_level, pipeline, status, since, until)
@@ -253,7 +253,7 @@ def results_best(
     """Per (model, board): the fastest configuration whose outputs were correct, its speed-ups and certainty."""
     from tvmbench.answers import ranking
 
-    tables(wide, only, tsv)
+    tables(wide, only, tsv, as_json)
     filters = _filters(sweep, model, target, board, executor, None, pipeline, None, None, None)
     with failures_as_lines():
         check_range("--confidence", confidence, 0, 1, open_low=True)
@@ -284,7 +284,7 @@ def results_compare(
     """Matched jobs of two sweeps: ratio B/A, its CI, a rank test on the samples; exit 1 on regressions."""
     from tvmbench.answers import compare
 
-    tables(wide, only, tsv)
+    tables(wide, only, tsv, as_json)
     with failures_as_lines():
         check_range("--threshold", threshold, 0)
         check_range("--alpha", alpha, 0, 1, open_low=True)
@@ -318,7 +318,7 @@ def results_releases(
     when a release is significantly slower than the one before it (or broke what it built)."""
     from tvmbench.answers import releases
 
-    tables(wide, only, tsv)
+    tables(wide, only, tsv, as_json)
     filters = _filters(sweep, model, target, board, executor, None, None, None, None, None)
     with failures_as_lines():
         check_range("--threshold", threshold, 0)
@@ -355,7 +355,7 @@ def results_regressions(
     """Results slower than their own history (same model, target, executor, opt_level, pipeline, board key)."""
     from tvmbench.answers import regressions
 
-    tables(wide, only, tsv)
+    tables(wide, only, tsv, as_json)
     filters = _filters(sweep, model, target, board, executor, None, None, None, None, None)
     check_range("--lookback", lookback, 1)
     check_range("--z", z, 0, open_low=True)
@@ -385,7 +385,7 @@ def results_history(
     """One configuration over time: every result, oldest first, each judged against the ones before it."""
     from tvmbench.answers import regressions
 
-    tables(wide, only, tsv)
+    tables(wide, only, tsv, as_json)
     check_range("--lookback", lookback, 1)
     with failures_as_lines():
         data = regressions.history(

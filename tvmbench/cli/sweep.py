@@ -82,7 +82,7 @@ def sweep_plan(
     """Dry run: the job matrix, what is already built or measured, and what will run."""
     from orchestrator import plan
 
-    tables(wide, only, tsv)
+    tables(wide, only, tsv, as_json)
     spec = load(path, label)
     store = open_store(db, read_only=True)  # no database yet: nothing is cached, none is created
     needs = call(_toolchain_needs, spec)
@@ -267,7 +267,7 @@ def sweep_run(
     The toolchains of a tvm axis that are not added here are provisioned first (minutes each, the first time).
     Exit status: 0 all ok, 1 some jobs failed, 2 invalid sweep file, 3 jobs still wait for a device.
     """
-    tables(wide, only, tsv)
+    tables(wide, only, tsv, as_json)
     spec = load(path, label)
     default = _default_target_note(spec)
     if default:
@@ -291,7 +291,7 @@ def sweep_resume(
     """Finish a stored sweep: jobs without a final row run, and so do jobs `sweep cancel` ended."""
     from orchestrator.resume import resume_spec
 
-    tables(wide, only, tsv)
+    tables(wide, only, tsv, as_json)
     store = open_store(db)
     sweep = call(store.get_sweep, sweep_id)  # a prefix of several sweeps: one line, exit 2
     if sweep is None:
@@ -373,7 +373,7 @@ def sweep_status_cmd(
     """Progress of a sweep: job counts from the database and the state of its Ray job."""
     from orchestrator import submit
 
-    tables(wide, only, tsv)
+    tables(wide, only, tsv, as_json)
     status = call(submit.sweep_status, sweep_id, store=open_store(db, read_only=True), ray_address=ray_address)
     if as_json:
         print_json(status)

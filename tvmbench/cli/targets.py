@@ -20,7 +20,7 @@ def targets_list(as_json: JsonOpt = False, wide: WideOpt = False, only: ColumnsO
     """Target presets usable as preset = "NAME" in a sweep file."""
     from workers.targets import PRESETS
 
-    tables(wide, only, tsv)
+    tables(wide, only, tsv, as_json)
     rows = [
         {
             "preset": p.name,

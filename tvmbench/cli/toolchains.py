@@ -50,7 +50,7 @@ def toolchains_list(
     tsv: TsvOpt = False,
 ) -> None:
     """The toolchains of this machine: the installed one, then those added, with their TVM and tvm-ffi."""
-    tables(wide, only, tsv)
+    tables(wide, only, tsv, as_json)
     from tvmbench.answers import columns, report
     from workers.toolchains import probe, registry
     from workers.toolchains.toolchain import ToolchainError

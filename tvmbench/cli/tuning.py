@@ -44,7 +44,7 @@ def tuning_list(
     db: DbOpt = None, as_json: JsonOpt = False, wide: WideOpt = False, only: ColumnsOpt = None, tsv: TsvOpt = False
 ) -> None:
     """Stored tuning records per scope: board key, target, TVM version, module equality."""
-    tables(wide, only, tsv)
+    tables(wide, only, tsv, as_json)
     from workers.tuning.exchange import short_target
 
     rows = open_store(db, read_only=True).tuning_scopes()
