@@ -180,7 +180,7 @@ def report(cold: dict[str, Any], warm: dict[str, Any], source: dict[str, Any]) -
     for s in ws.get("seeded") or []:
         print(
             f"  seeded {s['task']}: {s['offered']} records offered, {s['accepted']} replays, {s['measured']} "
-            f"measured first, best seed {_f(s['best_seed_us'], '.1f')} µs vs the search's own "
+            f"measured in the first batch, best seed {_f(s['best_seed_us'], '.1f')} µs vs the search's own "
             f"{_f(s['best_other_us'], '.1f')} µs"
         )
     cold_n, warm_n = rows[0]["trials_to_goal"], rows[1]["trials_to_goal"]

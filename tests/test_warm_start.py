@@ -198,7 +198,7 @@ def test_results_show_says_what_the_warm_start_did() -> None:
     (line,) = [x for x in tuning_lines({**base, "warm_start": warm}) if "warm start" in x]
     assert "trained on 120 stored records of 3 workloads (2.0 s)" in line
     assert "2 tasks seeded" in line and "12 records offered" in line and "18 replays accepted" in line
-    assert "6 measured first, chosen by the cost model in 1 task" in line
+    assert "6 measured, chosen by the cost model in 1 task" in line
     unranked = {**warm, "seeded": seeded[:1]}
     (line,) = [x for x in tuning_lines({**base, "warm_start": unranked}) if "warm start" in x]
     assert "chosen by" not in line, "seeds measured in their source order say nothing of a model"
@@ -214,7 +214,7 @@ def test_the_cost_model_learns_the_stored_records_and_ranks_from_the_first_round
 
     from tvmbench.core.records import MS_FAILED_RUN_S, TuningSettings
     from workers.tuning.stage import tuning_target
-    from workers.tuning.warm_start import ACTIVE_AFTER, pretrain, rank_seeds
+    from workers.tuning.warm_start import ACTIVE_AFTER, measure_order, pretrain, rank_seeds
 
     small, _ = convs
     mod = small["fused_conv2d1_add_relu"]
@@ -241,9 +241,19 @@ def test_the_cost_model_learns_the_stored_records_and_ranks_from_the_first_round
     picked = [next(i for i, c in enumerate(cands) if c is r) for r in ranked]
     assert by_model and sorted(picked) == list(range(len(cands)))
     assert [scores[i] for i in picked] == sorted(scores, reverse=True), "the model's favourites are measured first"
+    # A first batch of seeds and the search's picks is measured in the model's order as a whole: a seed
+    # comes first only where the model scores it above every pick. The slots say where the seeds went.
+    seeds, picks = cands[::2][:3], cands[1::2]
+    batch, slots = measure_order(seeds, picks, model, context)
+    order = [next(i for i, c in enumerate(cands) if c is b) for b in batch]
+    assert [scores[i] for i in order] == sorted((scores[i] for i in order), reverse=True)
+    assert sorted(order) == sorted([*range(0, 6, 2), *range(1, len(cands), 2)]), "nothing lost or added"
+    assert [batch[i] for i in slots] == [c for c in batch if any(c is s for s in seeds)] and len(slots) == 3
+    assert slots != [0, 1, 2], "with these scores some pick outranks a seed (else the check says nothing)"
     few, info = pretrain("xgb", [(records[0].workload, "h", records[:4])], target, 1)
     assert info["trained_on"] == 4 and few.num_warmup_samples == 100, "too few: MetaSchedule's warmup stays"
     none, info = pretrain("random", [(records[0].workload, "h", records)], target, 1)
     assert none is None and "learns nothing" in info["note"]
     assert rank_seeds(cands[::-1], few, context) == (cands[::-1], False), "in its warmup: the source order stays"
     assert rank_seeds(cands, "xgb", context) == (cands, False), "a model by name is untrained"
+    assert measure_order(seeds, picks, few, context) == ([*seeds, *picks], [0, 1, 2]), "in its warmup: seeds first"

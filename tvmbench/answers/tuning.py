@@ -217,7 +217,7 @@ def warm_start_line(warm: dict[str, Any] | None) -> str | None:
         total = {k: sum(int(s.get(k) or 0) for s in seeded) for k in ("offered", "accepted", "measured")}
         text += (
             f"{len(seeded)} tasks seeded from similar workloads: {total['offered']} records offered, "
-            f"{total['accepted']} replays accepted, {total['measured']} measured first"
+            f"{total['accepted']} replays accepted, {total['measured']} measured"
         )
         ranked = sum(1 for s in seeded if s.get("ranked"))
         if ranked:

@@ -289,11 +289,25 @@ def rank_seeds(cands: list[Any], model: Any, context: Any) -> tuple[list[Any], b
     return [cands[i] for i in order], True
 
 
+def measure_order(seeds: list[Any], picks: list[Any], model: Any, context: Any) -> tuple[list[Any], list[int]]:
+    """A seeded task's first batch in the order it is measured, and the seeds' positions in it.
+
+    When ``model`` ranks, the whole batch goes best first by its scores: a seed comes before the search's
+    own picks only where the model expects it faster (on light_shufflenet ``conv2d4``'s favourite seed ran
+    386 µs, a pick of the search 123 µs), so the batch's first trials, which the tuning curve and a
+    cancelled search keep, are its most promising. In MetaSchedule's warmup the seeds go first: the nearest
+    neighbour's best records are a better guess than a random draw.
+    """
+    batch, _ = rank_seeds([*seeds, *picks], model, context)
+    own = {id(s) for s in seeds}
+    return batch, [i for i, c in enumerate(batch) if id(c) in own]
+
+
 @derived_object
 class SeededSearch(AroundSearch):
-    """MetaSchedule's evolutionary search, whose first batch of a seeded task measures its best seeds by
-    the cost model (``rank_seeds``; at most a quarter of the batch) in place of the search's lowest-ranked
-    picks."""
+    """MetaSchedule's evolutionary search, whose first batch of a seeded task holds its best seeds by the
+    cost model (``rank_seeds``; at most a quarter of the batch) in place of the search's lowest-ranked
+    picks, measured in the model's order among them (``measure_order``)."""
 
     def __init__(self, warm: WarmStart, inner: Any = None) -> None:
         super().__init__(inner)
@@ -354,8 +368,8 @@ class SeededSearch(AroundSearch):
         ranked, self.seeds.ranked = rank_seeds(fresh, self.cost_model, self.context)
         seeded = ranked[:room]
         keep = len(picks) - len(seeded)  # the search ranks its picks best first: its last ones make room
-        self.slots = list(range(len(seeded)))  # measured first: the tuning curve starts from them
-        return seeded + picks[:keep]
+        batch, self.slots = measure_order(seeded, picks[:keep], self.cost_model, self.context)
+        return batch
 
     def notify_runner_results(self, measure_candidates: Any, results: Any) -> None:
         if self.slots and self.seeds is not None:
