@@ -152,7 +152,6 @@ def test_results_list_of_an_unknown_sweep_is_exit_2(home: Path) -> None:
     assert found.returncode == 0 and {r["sweep_id"] for r in json.loads(found.stdout)} == {"abcdef123456"}
 
 
-
 @pytest.mark.parametrize(
     "args", [("results", "list"), ("results", "sweeps"), ("targets", "list"), ("tuning", "list")], ids=" ".join
 )
@@ -161,6 +160,7 @@ def test_json_and_tsv_together_are_refused(home: Path, args: tuple[str, ...]) ->
     result = runner.invoke(app, [*args, "--json", "--tsv"])
     assert result.exit_code == 2, result.output
     assert "--json and --tsv are two formats for one output: choose one" in result.output
+
 
 # --- 5. signals --------------------------------------------------------------------------------------
 
