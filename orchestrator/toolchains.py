@@ -148,12 +148,16 @@ def board_key(job: Job, toolchains: Mapping[str, Toolchain]) -> str:
     return release_key(job.target.board_key, toolchains[job.toolchain].tvm_version)
 
 
-def board_runtimes(toolchains: Mapping[str, Toolchain]) -> list[Toolchain] | None:
+def board_runtimes(toolchains: Mapping[str, Toolchain], *, installed_too: bool = False) -> list[Toolchain] | None:
     """One toolchain per release the axis needs, for an ephemeral farm to start boards of each (None:
-    no axis, the installed release's boards only). The installed release's boards keep the plain key."""
+    no axis, the installed release's boards only). The installed release's boards keep the plain key.
+
+    ``installed_too``: the sweep also has jobs of no release (an ONNX Runtime baseline), which run on the
+    installed release's boards even when the axis does not name it.
+    """
     if not toolchains:
         return None
-    by_version: dict[str, Toolchain] = {}
+    by_version: dict[str, Toolchain] = {installed_version(): installed()} if installed_too else {}
     for toolchain in toolchains.values():
         version = toolchain.tvm_version
         by_version.setdefault(version, installed() if version == installed_version() else toolchain)

@@ -169,6 +169,29 @@ def test_a_sweep_without_the_axis_keeps_its_job_and_build_keys(models_dir: Path,
     assert axis[0].build_config()["toolchain"] == "0.27.0.post1"
 
 
+def test_the_baseline_is_planned_once_on_the_installed_release(models_dir: Path) -> None:
+    """ONNX Runtime builds nothing of TVM's: one job per model and target, not one per opt_level x pipeline x
+    release. Before, a job per release went to that release's boards, which have no ONNX Runtime, and its
+    `build` error read as a fix in `results releases`."""
+    text = BASE.replace("['vm-bytecode']", "['vm-bytecode', 'onnxruntime']").replace("[3]", "[3, 0]")
+    axes = f"pipeline = ['per-target', 'generic']\ntvm = ['{INSTALLED}', '{RELEASE}']\n"
+    spec = parse_spec(text + axes, base=models_dir)
+    jobs = plan_jobs(spec)
+    (ort,) = [j for j in jobs if j.executor == "onnxruntime"]
+    assert (ort.toolchain, ort.opt_level, ort.pipeline, ort.tuning, ort.layout) == (None, 3, "per-target", 0, None)
+    assert len(jobs) == 1 + 2 * 2 * 2, [(j.executor, j.opt_level, j.pipeline, j.toolchain) for j in jobs]
+    # Its key is the one it had without the axis at the first opt_level and pipeline (a re-run reuses it).
+    alone = parse_spec(text.replace("[3, 0]", "[3]"), base=models_dir)
+    assert ort.key == next(j.key for j in plan_jobs(alone) if j.executor == "onnxruntime")
+    # An ephemeral farm starts boards of the installed release for it even when the axis does not name it.
+    from orchestrator.toolchains import board_runtimes
+
+    other = Toolchain(name=RELEASE, kind="release", spec=RELEASE, python="py", tvm_version=RELEASE, ffi_version="0")
+    assert [t.tvm_version for t in board_runtimes({RELEASE: other})] == [RELEASE]
+    assert [t.tvm_version for t in board_runtimes({RELEASE: other}, installed_too=True)] == [INSTALLED, RELEASE]
+    assert board_runtimes({}, installed_too=True) is None, "no axis: the installed release's boards anyway"
+
+
 def test_axis_entries_are_parsed_at_load_and_malformed_ones_are_one_line(models_dir: Path) -> None:
     spec = parse_spec(
         f'{BASE}tvm = ["{RELEASE}", "wheels/apache_tvm-0.26.0-py3-none-any.whl", {{ python = "env/bin/python" }}, '

@@ -202,7 +202,9 @@ def execute_sweep(
     # Before the farm and Ray: a missing or unknown toolchain is its one line with nothing started or recorded.
     found = toolchain_axis.ensure(spec.toolchains, provision_missing=provision, progress=note)
     board_keys = {t.board_key for t in spec.targets}
-    runtimes = toolchain_axis.board_runtimes(found)  # an ephemeral farm starts boards of each release
+    # An ephemeral farm starts boards of each release, and of the installed one for a baseline (no release).
+    baseline = any(registry.get(e).baseline for e in spec.executors)
+    runtimes = toolchain_axis.board_runtimes(found, installed_too=baseline)
     with farm.farm_for_run(home, tracker, boards, board_keys, note, toolchains=runtimes) as address:
         ensure_ray(ray_address)
         if farm_resource:

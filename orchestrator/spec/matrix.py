@@ -25,10 +25,19 @@ def configurations(spec: Any) -> Iterator[tuple[Any, ...]]:
     A target pairs only with the executors that accept it; the kernels axis multiplies only the executors
     that take it, the layout axis the Relax VM executors, the tuning axis the tunable jobs (the others are
     planned once, budget 0); with a tvm axis a job per release, adjacent (they build one after another).
+    A baseline (ONNX Runtime) builds nothing of TVM's: one job per model and target, at the first opt_level
+    and pipeline (the key it always had there), on the installed release's boards.
     """
+    first = (spec.opt_levels[0], spec.pipelines[0])
     for m, t, e, o, p in itertools.product(spec.models, spec.targets, spec.executors, spec.opt_levels, spec.pipelines):
         entry = registry.get(e)
         if not entry.accepts(t):
+            continue
+        if entry.baseline:
+            # Before, ORT ran once per opt_level x pipeline x release: identical runs under TVM labels, and on
+            # another release's boards, which have no ONNX Runtime (a `build` error read as TVM's regression).
+            if (o, p) == first:
+                yield m, t, e, o, p, None, None, 0, None
             continue
         budgets = spec.tunings if registry.tunable(e, t.tvm_target) else (0,)
         layouts = (spec.layouts if entry.layouts else ()) or (None,)
