@@ -582,12 +582,13 @@ def test_only_the_same_rules_and_settings_hand_a_stop_on() -> None:
         "longer": replace(base, tuning_auto=AutoBudget(max_minutes=30.0)),
         "mlp": replace(base, tuning_settings=replace(base.tuning_settings, cost_model="mlp")),
         "fixed": replace(base, tuning=64, tuning_auto=None),
+        "nhwc": replace(base, layout="NHWC"),  # takes its turn, but its workloads are its own: no stop handed
     }
     turns = TuningTurns({k: [JobState(j, k)] for k, j in jobs.items()})
     tuning = {"stopped_by": "plateau", "stop": {"trials": 64, "tuned_by": "older"}}
     turns.tuned("first", Build("first", status="ok", tuning=tuning))
     assert turns.tuned_by("twin") == {"build_key": "first", "stopped_by": "plateau", "stop": {"trials": 64}}
-    assert [turns.tuned_by(k) for k in ("longer", "mlp", "fixed")] == [None, None, None]
+    assert [turns.tuned_by(k) for k in ("longer", "mlp", "fixed", "nhwc")] == [None, None, None, None]
     failed = TuningTurns({k: [JobState(j, k)] for k, j in jobs.items()})
     failed.tuned("first", Build("first", status="build", error="x", tuning=tuning))
     assert failed.tuned_by("twin") is None  # a failed build hands nothing on
@@ -599,7 +600,9 @@ def test_turns_are_per_workload_group() -> None:
     jobs = {
         "a64": base,
         "a8": replace(base, executor="vm-compiled", opt_level=3, tuning=8),  # same tasks: same group
-        "nhwc": replace(base, layout="NHWC"),  # other workloads
+        # Another layout takes its turn too: without convolutions it has the same tasks (before, a conv1d
+        # net's NCHW and NHWC builds searched one workload side by side); with them, the same boards.
+        "nhwc": replace(base, layout="NHWC"),
         "other-key": replace(base, target=TargetSpec("t", {"kind": "llvm"}, "k2", "x86_64")),
         "untuned": replace(base, tuning=0),
     }
@@ -607,7 +610,7 @@ def test_turns_are_per_workload_group() -> None:
     queued = turns.order(list(jobs))
     assert queued == ["a8", "a64", "nhwc", "other-key", "untuned"]
     turns.started("a8")
-    assert turns.first_free(queued[1:]) == 1  # a64 waits; nhwc may go
+    assert turns.first_free(queued[1:]) == 2  # a64 and nhwc wait; the other key may go
     assert turns.first_free(["a64", "untuned"]) == 1
     turns.finished("a8")
     assert turns.first_free(["a64"]) == 0

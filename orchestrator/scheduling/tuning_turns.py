@@ -1,10 +1,11 @@
 """Tuned builds of the same workloads take turns, so that the later ones reuse the earlier ones' records.
 
-Two tuned builds of one model on one target and board key (in one layout, release and pipeline) tune the
-same tasks whatever their executor or opt_level. Side by side, each pays for its own search and neither
-sees the other's trials, and on a board key with one board their candidates queue for it anyway. One
-after the other, the second finds the first's records, which the tuning stage counts against its budget
-(workers/tuning/stage.py): a vm-bytecode job beside its vm-compiled twin spends no trials, and
+Two tuned builds of one model on one target and board key (in one release and pipeline) tune the
+same tasks whatever their executor or opt_level (or layout, for a model without convolutions:
+``workload_group``). Side by side, each pays for its own search and neither sees the other's trials, and
+on a board key with one board their candidates queue for it anyway. One after the other, the second
+finds the first's records, which the tuning stage counts against its budget (workers/tuning/stage.py):
+a vm-bytecode job beside its vm-compiled twin spends no trials, and
 ``tuning = [64, 512]`` runs 64 trials and then 448 more. Smaller budgets go first, so that the program a
 job gets is what its own budget bought (an auto budget counts as its cap).
 
@@ -25,7 +26,12 @@ from tvmbench.core.records import Build, Job, canonical_json
 
 
 def workload_group(job: Job) -> tuple[Any, ...] | None:
-    """What decides a tuned job's tasks and the scope of their records; None for an untuned job."""
+    """What decides a tuned job's tasks and the scope of their records; None for an untuned job.
+
+    Not the layout: it converts convolutions only, so a model without them has the same tasks in every
+    layout (before, NCHW and NHWC tuned one conv1d net side by side, 8 trials each of one workload); with
+    them, the layouts' builds share the key's boards, whose candidates would queue for them anyway.
+    """
     if not job.tuning:
         return None
     return (
@@ -33,7 +39,6 @@ def workload_group(job: Job) -> tuple[Any, ...] | None:
         job.model.inputs,
         canonical_json(job.target.tvm_target),
         job.target.board_key,
-        job.layout,
         job.toolchain,
         job.pipeline,
         job.tuning_settings.module_equality,
@@ -45,7 +50,9 @@ def auto_rules(job: Job) -> tuple[Any, ...] | None:
     group = workload_group(job)
     if group is None or job.tuning_auto is None:
         return None
-    return (group, canonical_json(asdict(job.tuning_auto)), canonical_json(asdict(job.tuning_settings)))
+    # The layout too: an NHWC build's workloads are not its NCHW twin's, so a stop is not handed across.
+    rules = canonical_json(asdict(job.tuning_auto))
+    return (group, job.layout, rules, canonical_json(asdict(job.tuning_settings)))
 
 
 class TuningTurns:
