@@ -124,7 +124,7 @@ def test_plan_has_a_layout_column_only_with_the_axis(models_dir: Path, tmp_path:
         ('["NWHC"]', "axes.layout: 'NWHC' is not valid"),
         ("[3]", "axes.layout: 3 is not valid"),
         ('"nhwc"', "axes.layout: 'nhwc' is not valid"),
-        ("[true]", "axes.layout: True is not valid"),
+        ("[true]", "axes.layout: true is not valid"),
         ("[]", "axes.layout is empty"),
         ('[["NHWC"]]', "axes.layout: ['NHWC'] is not valid"),
     ],

@@ -61,7 +61,7 @@ def test_bundled_model_by_name(tmp_path: Path) -> None:
             M + "[axes]\nopt_level = [5]\n",
             "axes.opt_level: 5 is not valid; use integers 0 to 3",
         ),
-        (M + "[axes]\nopt_level = [true]\n", "axes.opt_level: True is not valid"),
+        (M + "[axes]\nopt_level = [true]\n", "axes.opt_level: true is not valid"),
         (M + "[axes]\nexecutor = 'graph'\n", 'use "vm-bytecode" or "vm-compiled"'),
         (
             M + "[axes]\nexecutors = ['vm-bytecode']\n",

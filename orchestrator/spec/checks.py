@@ -22,12 +22,19 @@ def unknown_keys(where: str, table: dict[str, Any], allowed: set[str]) -> None:
         raise SpecError(f"{where}: unknown key {extra[0]!r}; allowed keys: {', '.join(sorted(allowed))}")
 
 
+def as_toml(value: Any) -> str:
+    """``value`` as the sweep file wrote it, for messages: true and false as TOML spells them, not Python."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
 def typed(where: str, value: Any, kind: type | tuple[type, ...], hint: str) -> Any:
     # bool is an int in Python; a sweep file that says opt_level = true is wrong, not 1.
     if isinstance(value, bool) and kind is not bool and (kind is int or (isinstance(kind, tuple) and bool not in kind)):
-        raise SpecError(f"{where} = {value!r}: expected {hint}")
+        raise SpecError(f"{where} = {as_toml(value)}: expected {hint}")
     if not isinstance(value, kind):
-        raise SpecError(f"{where} = {value!r}: expected {hint}")
+        raise SpecError(f"{where} = {as_toml(value)}: expected {hint}")
     return value
 
 
@@ -37,7 +44,7 @@ def axis(where: str, value: Any, check: Callable[[Any], bool], hint: str) -> tup
         raise SpecError(f"{where} is empty: list at least one of {hint}")
     for v in values:
         if isinstance(v, bool) or not check(v):
-            raise SpecError(f"{where}: {v!r} is not valid; use {hint}")
+            raise SpecError(f"{where}: {as_toml(v)} is not valid; use {hint}")
     return tuple(dict.fromkeys(values))  # drop duplicates, keep the order the user wrote
 
 
