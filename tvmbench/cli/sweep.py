@@ -199,10 +199,14 @@ def _execute(
 
     store = open_store(db)
     try:
-        with progress_bar(err) as bar, failures_as_lines():
+        # The bar closes before a failure's line is printed, so the error is the last line on the screen.
+        with failures_as_lines(), progress_bar(err) as bar:
             task = bar.add_task(f"sweep {table.short_id(spec.sweep_id)}", total=None, detail="starting")
+            started = False
 
             def on_progress(_event: str, c: dict[str, int]) -> None:
+                nonlocal started
+                started = True
                 done = c.get("ok", 0) + c.get("failed", 0) + c.get("waiting", 0)
                 bar.update(
                     task,
@@ -214,19 +218,24 @@ def _execute(
                     + (f" · trials {c['trials_done']}/{c['trials_budget']}" if c.get("trials_budget") else ""),
                 )
 
-            outcome = scheduler.execute_sweep(
-                spec,
-                store,
-                home(),
-                tracker=tracker,
-                ray_address=ray_address,
-                boards=boards,
-                farm_resource=farm_resource,
-                progress=on_progress,
-                note=note,
-                reopen_cancelled=reopen_cancelled,
-                provision=provision,
-            )
+            try:
+                outcome = scheduler.execute_sweep(
+                    spec,
+                    store,
+                    home(),
+                    tracker=tracker,
+                    ray_address=ray_address,
+                    boards=boards,
+                    farm_resource=farm_resource,
+                    progress=on_progress,
+                    note=note,
+                    reopen_cancelled=reopen_cancelled,
+                    provision=provision,
+                )
+            except Exception:
+                if not started:  # it failed before anything happened: no "starting" line left above the error
+                    bar.update(task, visible=False)
+                raise
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (orchestrator/interrupts.py): the same cleanup ran
         fail(
             f"interrupted ({interrupts.signal_name(exc)}): finished jobs are stored; "
