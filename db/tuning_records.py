@@ -167,12 +167,17 @@ def coverage(s: Session, scope: records.TuningScope, workload_hashes: list[str])
 
 
 def scopes(s: Session) -> list[dict[str, Any]]:
-    """One row per scope in the database: target, board key, TVM, equality, workloads and records."""
+    """One row per scope in the database: target, board key, TVM, equality, workloads and records.
+
+    Only workloads with records count, and a scope without any is left out: a tuned build stores each
+    task's workload before its first trial, so a sweep cancelled then leaves workloads that hold nothing
+    to list, export or reuse.
+    """
     w, r = m.TuningWorkload, m.TuningRecord
     keys = (w.target_key, w.board_key, w.tvm_version, w.module_equality)
     stmt = (
         select(*keys, func.count(func.distinct(w.id)), func.count(r.id))
-        .outerjoin(r, r.workload_id == w.id)
+        .join(r, r.workload_id == w.id)
         .group_by(*keys)
         .order_by(w.board_key, w.target_key)
     )

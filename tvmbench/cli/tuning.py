@@ -35,8 +35,11 @@ app = typer.Typer(no_args_is_help=True, help="MetaSchedule tuning records: list,
 TargetOpt = Annotated[
     str | None, typer.Option("--target", help="Preset name, TVM tag or JSON target dict the records were tuned for.")
 ]
-TvmOpt = Annotated[str | None, typer.Option("--tvm-version", help="TVM version of the records (default: this TVM).")]
+TvmOpt = Annotated[
+    str | None, typer.Option("--tvm-version", help="TVM release of the records, e.g. 0.26.0 (default: this TVM).")
+]
 ModelOpt = Annotated[str | None, typer.Option("--model", help="Only workloads met while tuning this model.")]
+EQUALITY_HELP = "structural, ignore-tensor or anchor-block: how MetaSchedule tells workloads apart."
 
 
 @app.command("list")
@@ -68,6 +71,9 @@ def tuning_export(
     target: TargetOpt = None,
     board_key: Annotated[str | None, typer.Option("--board-key", help="Board key the records were timed on.")] = None,
     tvm_version: TvmOpt = None,
+    module_equality: Annotated[
+        str | None, typer.Option("--module-equality", help=f"{EQUALITY_HELP} (default: any)")
+    ] = None,
     model: ModelOpt = None,
     top: Annotated[
         int | None,
@@ -84,7 +90,12 @@ def tuning_export(
     try:
         exchange.check_top(top)  # before the scope is looked for: a database without records says so first
         scope = exchange.select_scope(
-            store, target=target, board_key=board_key, tvm_version=tvm_version, model_name=model
+            store,
+            target=target,
+            board_key=board_key,
+            tvm_version=tvm_version,
+            module_equality=module_equality,
+            model_name=model,
         )
         done = exchange.export_records(store, directory, scope, model_name=model, top=top, append=append)
     except exchange.ExchangeError as exc:
@@ -96,7 +107,7 @@ def tuning_export(
     which = f"the {top} fastest valid per workload" if top is not None else "every record, failed trials too"
     console.print(
         f"exported {done.records} record(s) ({which}) of {done.workloads} workload(s) (board {scope.board_key}, "
-        f"TVM {scope.tvm_version}) to {done.directory}; load with "
+        f"TVM {scope.tvm_version}, {scope.module_equality}) to {done.directory}; load with "
         f"ms.database.JSONDatabase(work_dir={str(done.directory)!r})",
         highlight=False,
     )
@@ -109,7 +120,7 @@ def tuning_import(
     target: TargetOpt = None,
     tvm_version: TvmOpt = None,
     module_equality: Annotated[
-        str, typer.Option("--module-equality", help="structural, ignore-tensor or anchor-block.")
+        str, typer.Option("--module-equality", help=f"{EQUALITY_HELP} (default: structural)")
     ] = "structural",
     model: Annotated[str | None, typer.Option("--model", help="Model name to note the workloads under.")] = None,
     db: DbOpt = None,
@@ -119,8 +130,16 @@ def tuning_import(
     from orchestrator.spec.checks import checked_board_key
     from workers.tuning import exchange
 
-    # Before the database is opened (and made): records under a key no board can have are lost.
+    # Before the database is opened (and made): records under a key no board can have, or a TVM version no
+    # sweep runs, are lost (no sweep's scope ever meets them).
     call(checked_board_key, "--board-key", board_key)
+    try:
+        exchange.check_module_equality(module_equality)
+        exchange.target_filter(target)
+        if tvm_version is not None:
+            tvm_version = exchange.check_tvm_version(tvm_version)
+    except exchange.ExchangeError as exc:
+        fail(str(exc), code=2)
     store = open_store(db)
 
     def progress(lines: int, distinct: int) -> None:

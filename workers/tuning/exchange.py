@@ -93,22 +93,29 @@ def select_scope(
     target: str | None = None,
     board_key: str | None = None,
     tvm_version: str | None = None,
+    module_equality: str | None = None,
     model_name: str | None = None,
 ) -> TuningScope:
     """The one scope the filters leave, or an ExchangeError listing the candidates."""
     wanted = target_filter(target)
+    if module_equality is not None:
+        check_module_equality(module_equality)
     scopes = [
         s
         for s in store.tuning_scopes()
         if _matches(wanted, s["target"])
         and (board_key is None or s["board_key"] == board_key)
         and (tvm_version is None or s["tvm_version"] == tvm_version)
+        and (module_equality is None or s["module_equality"] == module_equality)
     ]
     if model_name is not None:
         with_model = {
-            (w.target_key, w.board_key, w.tvm_version) for w, _ in store.tuning_records(model_name=model_name)
+            (w.target_key, w.board_key, w.tvm_version, w.module_equality)
+            for w, _ in store.tuning_records(model_name=model_name)
         }
-        scopes = [s for s in scopes if (s["target_key"], s["board_key"], s["tvm_version"]) in with_model]
+        scopes = [
+            s for s in scopes if (s["target_key"], s["board_key"], s["tvm_version"], s["module_equality"]) in with_model
+        ]
     if not scopes:
         raise ExchangeError("no tuning records match the filters; `tvmbench tuning list` shows what the database holds")
     if len(scopes) > 1:
@@ -119,12 +126,55 @@ def select_scope(
         )
         raise ExchangeError(
             f"records of {len(scopes)} scopes match ({listed}); a JSON database holds one: narrow it with "
-            "--board-key, --target or --tvm-version"
+            f"{_narrowing(scopes)}"
         )
     s = scopes[0]
     return TuningScope(
         target=s["target"], board_key=s["board_key"], tvm_version=s["tvm_version"], module_equality=s["module_equality"]
     )
+
+
+def _narrowing(scopes: list[dict[str, Any]]) -> str:
+    """The options that tell ``scopes`` apart, those that would separate them first: a user told to narrow
+    by options that cannot (two scopes differing only in module equality) is left with nothing to type."""
+    options = {
+        "--board-key": "board_key",
+        "--target": "target_key",
+        "--tvm-version": "tvm_version",
+        "--module-equality": "module_equality",
+    }
+    useful = [opt for opt, key in options.items() if len({str(s[key]) for s in scopes}) > 1]
+    return " or ".join(useful or list(options))
+
+
+def check_module_equality(value: str) -> None:
+    """ExchangeError unless ``value`` is one of MetaSchedule's module equalities."""
+    if value not in MODULE_EQUALITIES:
+        raise ExchangeError(f"--module-equality {value!r} is not one of {', '.join(MODULE_EQUALITIES)}")
+
+
+def check_tvm_version(value: str) -> str:
+    """``value`` if it names a TVM release as the sweep file's tvm axis writes one (0.27.0.post1, 0.28.0rc1)
+    or is the TVM installed here (which may be a local build such as 0.28.dev0+g1234); else ExchangeError.
+
+    The version is part of a scope: records stored under a misspelt one are never reused by any sweep.
+    """
+    from workers.toolchains.spec import parse
+    from workers.toolchains.toolchain import ToolchainError
+
+    text = value.strip()
+    if text == installed_tvm_version():
+        return text
+    try:
+        release = parse(text).kind == "release" if text else False
+    except ToolchainError:
+        release = False
+    if not release:
+        raise ExchangeError(
+            f"--tvm-version {value!r} is not a TVM release (such as {installed_tvm_version()}, the TVM here): "
+            "give the version the records were tuned with, or leave it out for this TVM"
+        )
+    return text
 
 
 def short_target(target: dict[str, Any] | None) -> str:
@@ -223,15 +273,18 @@ def import_records(
 ) -> Imported:
     """Read a MetaSchedule JSON database from ``directory`` into the results database.
 
-    Each record keeps its own target (``target`` is for records that have none); the times are taken to
-    be of boards of ``board_key`` with ``tvm_version`` (default: this TVM). Importing twice adds nothing.
+    Each record keeps its own target; ``target`` is for records that have none, and a record whose own
+    target contradicts it is an ExchangeError naming both (storing it under either would be a lie). The
+    times are taken to be of boards of ``board_key`` with ``tvm_version`` (default: this TVM; else a TVM
+    release, ``check_tvm_version``). Importing twice adds nothing.
     Identical record lines are read once, and the records are written in batches of IMPORT_BATCH rows
     (one transaction each); ``progress(lines read, distinct records)`` follows the reading.
     """
     from tvm.s_tir.meta_schedule.database import TuningRecord, Workload
 
-    if module_equality not in MODULE_EQUALITIES:
-        raise ExchangeError(f"--module-equality {module_equality!r} is not one of {', '.join(MODULE_EQUALITIES)}")
+    check_module_equality(module_equality)
+    if tvm_version is not None:
+        tvm_version = check_tvm_version(tvm_version)
     if not directory.is_dir():
         raise ExchangeError(
             f"{directory} {describe_missing(directory)}: point at a MetaSchedule work_dir "
@@ -245,7 +298,7 @@ def import_records(
                 f"{directory} {what}: point at a MetaSchedule work_dir "
                 "(what ms.database.JSONDatabase(work_dir=...) writes)"
             )
-    fallback = target_filter(target)
+    fallback = target_filter(target)  # before the files are read: a bad --target is the first thing said
     workload_path, record_path = directory / WORKLOAD_FILE, directory / RECORD_FILE
     try:
         workload_lines = read_workloads(workload_path)
@@ -270,6 +323,8 @@ def import_records(
             records.append(TuningRecord.from_json(line.record, workloads[line.workload_index]))
         except Exception as exc:
             raise ExchangeError(f"{record_path}:{line.line}: not a MetaSchedule record ({_last_line(exc)})") from None
+    if fallback is not None:  # before anything is written: a refused import leaves the database as it was
+        _check_targets(lines, records, fallback, target or "", record_path)
     dbs: dict[str, SqlTuningDatabase] = {}
     bound: dict[tuple[str, int], Any] = {}  # (target, workload index) -> that database's workload object
     before: dict[str, int] = {}
@@ -301,6 +356,20 @@ def import_records(
         result.scopes.append({**db.scope.__dict__, "records": after})
     result.workloads = len({(key, dbs[key].workload_row_id(w)) for (key, _), w in bound.items()})
     return result
+
+
+def _check_targets(lines: list[Any], records: list[Any], wanted: dict[str, Any], text: str, path: Path) -> None:
+    """ExchangeError at the first record whose own target is not ``wanted`` (``--target text``): the files
+    say where the records were tuned, and the option cannot move them to another target."""
+    for line, record in zip(lines, records, strict=True):
+        if record.target is None:
+            continue
+        own = canonical_target(record.target)
+        if not _matches(wanted, own):
+            raise ExchangeError(
+                f"{path}:{line.line}: the record was tuned for target {short_target(own)}, not --target {text} "
+                f"({short_target(wanted)}); leave --target out to import each record under its own target"
+            )
 
 
 def _last_line(exc: BaseException) -> str:
