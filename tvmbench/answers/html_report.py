@@ -189,9 +189,16 @@ def sweep_plots(df: pd.DataFrame) -> list[Plot]:
 def failure_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
     """The failed jobs of a sweep frame, each with the first line of its error (at most 300 characters)."""
     return [
-        {**r, "job_key": r["job_key"][:12], "error": r["error"].splitlines()[0][:300] if r["error"] else ""}
+        {**r, "job_key": r["job_key"][:12], "error": _error(r)[:300]}
         for r in df[~df["status"].isin(NOT_FAILED)].to_dict("records")
     ]
+
+
+def _error(row: dict[str, Any]) -> str:
+    """The first line of a failed job's error; "" without one (None, or NaN where pandas filled the gap)."""
+    error = row.get("error")
+    lines = error.strip().splitlines() if isinstance(error, str) else []
+    return lines[0] if lines else ""
 
 
 def failures_by_kind(df: pd.DataFrame) -> list[dict[str, Any]]:
@@ -203,7 +210,7 @@ def failures_by_kind(df: pd.DataFrame) -> list[dict[str, Any]]:
     failed = df[~df["status"].isin(NOT_FAILED)]
     groups: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for r in failed.to_dict("records"):
-        first_line = (r["error"] or "").strip().splitlines()[0] if (r["error"] or "").strip() else "(no message)"
+        first_line = _error(r) or "(no message)"
         job = {k: r[k] for k in ("job_key", "model", "target", "board_key", "executor", "opt_level", "pipeline")}
         groups.setdefault(r["status"], {}).setdefault(first_line, []).append({**job, "error": r["error"]})
     out = []

@@ -96,6 +96,8 @@ _CANDIDATE_COLUMNS = [
     "tuning_trials",
     "tuning_s",
     "tuning_stopped_by",
+    "tuning_tuned_by",
+    "tuning_from_records",
     "tvm_version",
     "fingerprint",
 ]
@@ -173,13 +175,19 @@ def rank(
     # A job that reused another's identical program carries the same numbers: rank the program once.
     measured = set(zip(contenders["sweep_id"], contenders["job_key"], strict=True))
     dup = [(s, e) in measured for s, e in zip(contenders["sweep_id"], contenders["equivalent_to"], strict=True)]
-    contenders = contenders[[not d for d in dup]]
+    # .loc: a mask by rows even when empty (a bare [] selects no *columns*: KeyError 'model' when the only
+    # results in scope are ONNX Runtime's).
+    contenders = contenders.loc[[not d for d in dup]]
     groups = contenders.groupby(RANK_KEYS, sort=True)
     top2 = groups.head(2)
     slowest = groups.tail(1).set_index(RANK_KEYS)
     sizes = groups.size().to_dict()
     # Steady state: bootstrap the samples. First inference: one value per run, no interval to draw.
     wanted = [*top2["run_id"].dropna(), *per_layout["run_id"].dropna()]
+    # Tuned beside untuned: every configuration of a ranking with a tuned build, for the intervals that say
+    # whether a speed-up is real before it is priced.
+    tuned_groups = every_config.filter(lambda g: any(tuning_answers.is_tuned(b) for b in g["tuning_budget"]))
+    wanted += list(tuned_groups["run_id"].dropna())
     samples = _samples(store, sorted({int(r) for r in wanted})) if metric == "steady" else {}
     layout_groups = dict(tuple(per_layout.groupby(RANK_KEYS, sort=False))) if not per_layout.empty else {}
     out: list[dict[str, Any]] = []
@@ -210,10 +218,12 @@ def rank(
             "runner_up_tvm_version": None,
             "runner_up_layout": None,
             "uncertain": False,
+            "no_tvm": False,
         }
         verdict = f"{name(top)} is fastest"
         if len(pair) == 1:
-            verdict = f"{name(top)} (the only configuration measured)"
+            # "only" among the TVM configurations that passed: ONNX Runtime, when measured, is the baseline.
+            verdict = f"{name(top)} (the only TVM configuration that passed the check)"
         else:
             second = pair.iloc[1]
             ci2 = median_ci(samples.get(second["run_id"]), confidence, seed=seed)
@@ -237,7 +247,12 @@ def rank(
             verdict += f"; the onnxruntime baseline is faster still ({ort:.4g} vs {row['best_median']:.4g} {unit})"
         row["verdict"] = verdict
         # Tuned and untuned side by side, with what the tuning cost (empty when nothing was tuned).
-        row["tuning"] = tuning_answers.side_by_side(every_config.get_group(key), ort, name)
+        row["tuning"] = tuning_answers.side_by_side(
+            every_config.get_group(key),
+            ort,
+            name,
+            ci=lambda r: median_ci(samples.get(r["run_id"]), confidence, seed=seed),
+        )
         # Which layout won (a layout axis): the fastest of each layout side by side, None without one.
         group = layout_groups.get(key)
         row["layouts"] = (
@@ -246,7 +261,41 @@ def rank(
             else layout_answers.side_by_side(group, samples, name, confidence=confidence, seed=seed)
         )
         out.append(row)
+    # Rankings where ONNX Runtime passed but no TVM configuration did: said, not left out.
+    for key in sorted(set(baseline) - set(sizes)):
+        model, board_key, unit, emulated = key
+        ort = float(baseline[key])
+        sid = df[is_baseline & (df["model"] == model) & (df["board_key"] == board_key)]["sweep_id"].iloc[0]
+        verdict = f"{NO_TVM}; the onnxruntime baseline measured {ort:.4g} {unit}"
+        out.append(no_tvm_row(model, board_key, str(sid), verdict, unit=unit, emulated=bool(emulated), ort=ort))
+    out.sort(key=lambda r: (r["model"], r["board_key"], r["unit"] or "", r["emulated"]))
     return out
+
+
+NO_TVM = "no TVM configuration passed the check"
+
+
+def no_tvm_row(
+    model: str,
+    board_key: str,
+    sweep_id: str,
+    verdict: str,
+    *,
+    unit: str | None = None,
+    emulated: bool = False,
+    ort: float | None = None,
+) -> dict[str, Any]:
+    """A ranking row for a (model, board) where no TVM configuration passed: every figure of a winner is None
+    (``best`` too), ``onnxruntime_median`` the baseline when it passed, ``verdict`` says what happened."""
+    row: dict[str, Any] = {"model": model, "board_key": board_key, "unit": unit, "emulated": emulated}
+    row.update(sweep_id=sweep_id, candidates=0, no_tvm=True, uncertain=False, verdict=verdict, tuning=[], metric=None)
+    for k in ("best", "best_job", "tvm_version", "layout", "best_median", "best_lo", "best_hi", "runner_up",
+              "runner_up_median", "runner_up_lo", "runner_up_hi", "runner_up_tvm_version", "runner_up_layout",
+              "slowest", "speedup_vs_slowest", "speedup_vs_onnxruntime", "layouts", "best_peak_mem_mb",
+              "runner_up_peak_mem_mb"):  # fmt: skip
+        row[k] = None
+    row.update(best_warnings=[], runner_up_warnings=[], onnxruntime_median=ort)
+    return row
 
 
 def _layout(row: Any) -> str | None:
@@ -263,5 +312,39 @@ def best(
     seed: int = DEFAULT_SEED,
     metric: str = "steady",
 ) -> list[dict[str, Any]]:
-    """The ranking of the newest results per (model, board) (or of ``filters.sweep``)."""
-    return rank(store, candidates(store, filters or q.Filters()), confidence=confidence, seed=seed, metric=metric)
+    """The ranking of the newest results per (model, board) (or of ``filters.sweep``), and a row saying so for
+    each (model, board) in scope where no TVM configuration passed (``no_tvm``: ``best`` is None)."""
+    filters = filters or q.Filters()
+    df = candidates(store, filters)
+    rows = rank(store, df, confidence=confidence, seed=seed, metric=metric)
+    passed = set(zip(df["model"], df["board_key"], strict=True)) if not df.empty else set()
+    rows += failed_only(store, filters, passed)
+    rows.sort(key=lambda r: (r["model"], r["board_key"], r["unit"] or "", r["emulated"]))
+    return rows
+
+
+def failed_only(store: ResultStore, filters: q.Filters, passed: set[tuple[str, str]]) -> list[dict[str, Any]]:
+    """A row per (model, board key) in scope with jobs but none that passed (not in ``passed``): what its
+    jobs ended as, from ``filters.sweep`` or else the newest sweep with such jobs.
+
+    One GROUP BY on the covering index ix_jobs_rank (status, model, board key, sweep): the failed jobs are
+    few, so this stays cheap on a database of a million ok results.
+    """
+    stmt = select(m.Job.model_name, m.Job.board_key, m.Job.sweep_id, m.Job.status, func.count(), func.max(m.Job.id))
+    stmt = stmt.where(m.Job.status != "ok").group_by(m.Job.model_name, m.Job.board_key, m.Job.sweep_id, m.Job.status)
+    sweep_id = q.resolve_sweep(store, filters.sweep).id if filters.sweep else None
+    stmt = q.apply_filters(stmt, replace(filters, sweep=None, status=None, board=None), sweep_id)
+    if filters.board is not None:  # a board id's key: failed jobs may have no run (and so no board id)
+        stmt = stmt.where(m.Job.board_key == filters.board.split("@")[0])
+    with store.engine.connect() as conn:
+        found = conn.execute(stmt).all()
+    newest: dict[tuple[str, str], tuple[int, str]] = {}
+    for model, board_key, sid, _status, _n, last in found:
+        if (model, board_key) not in passed and last > newest.get((model, board_key), (-1, ""))[0]:
+            newest[model, board_key] = (last, sid)
+    out = []
+    for (model, board_key), (_, sid) in sorted(newest.items()):
+        counts = sorted((n, status) for mod, bk, s, status, n, _ in found if (mod, bk, s) == (model, board_key, sid))
+        ended = ", ".join(f"{n} {status}" for n, status in reversed(counts))
+        out.append(no_tvm_row(model, board_key, sid, f"{NO_TVM} ({ended}; none ok)"))
+    return out

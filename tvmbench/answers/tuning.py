@@ -1,10 +1,12 @@
 """Answers about MetaSchedule tuning: tuned against untuned, what the tuning cost, and per-build detail.
 
 A tuned job's *untuned counterpart* is the job of the same ranking and configuration (model, target,
-board key, executor, opt_level, pipeline, kernels, layout) with no tuning: the job key minus the tuning. The
-speed-up of tuning is the counterpart's median over the tuned median; its cost is the tuning minutes per
-unit of that speed-up gained, ``tuning_minutes / (speedup - 1)`` (minutes for each "1x faster"), and
-None when tuning gained nothing.
+board key, executor, opt_level, pipeline, kernels, layout) built by the same TVM release, with no tuning:
+the job key minus the tuning (another release's untuned build would credit tuning with the release's
+difference). The speed-up of tuning is the counterpart's median over the tuned median; its cost is the tuning
+minutes per unit of that speed-up gained, ``tuning_minutes / (speedup - 1)`` (minutes for each "1x
+faster"), and None when tuning gained nothing beyond the noise (the medians' intervals overlap) or the
+build's schedules came from another build's records.
 
 A tuned build's *tuning curve* (``Build.tuning["curve"]``, ``[[trial, tuning seconds, estimate ms], ...]``)
 is MetaSchedule's own view of the tuning: after each measured trial, the sum over the tuned tasks of
@@ -17,6 +19,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pandas as pd
     from matplotlib.figure import Figure
     from rich.console import Console
@@ -25,7 +29,7 @@ if TYPE_CHECKING:
 
 # What makes two jobs the same configuration apart from tuning (and the measurement settings, which
 # a sweep holds fixed).
-SAME_CONFIG = ["model", "target", "board_key", "executor", "opt_level", "pipeline", "layout"]
+SAME_CONFIG = ["model", "target", "board_key", "executor", "opt_level", "pipeline", "layout", "tvm_version"]
 
 
 def is_tuned(budget: Any) -> bool:
@@ -60,11 +64,17 @@ def tuning_cost(tuning_s: float | None, speedup: float | None) -> float | None:
     return tuning_s / 60.0 / (speedup - 1.0)
 
 
-def side_by_side(group: pd.DataFrame, onnxruntime_median: float | None, name: Any) -> list[dict[str, Any]]:
+def side_by_side(
+    group: pd.DataFrame, onnxruntime_median: float | None, name: Any, ci: Callable[[dict[str, Any]], Any] | None = None
+) -> list[dict[str, Any]]:
     """Tuned and untuned configurations of one ranking group, fastest first, when any is tuned.
 
     ``group`` holds the contenders of one (model, board key, unit, emulated) with the candidate columns
-    including tuning_budget / tuning_trials / tuning_s; ``name`` formats a row as a configuration.
+    including tuning_budget / tuning_trials / tuning_s; ``name`` formats a row as a configuration; ``ci``
+    gives a row's median interval (an ``Interval``). The tuning is priced (``tuning_min_per_speedup``) only
+    for a speed-up the intervals show to be real (the tuned interval entirely below the untuned one), and
+    never for a build whose records came from another build (``records_from``): its own minutes bought none
+    of it.
     """
     if "tuning_budget" not in group or not any(is_tuned(b) for b in group["tuning_budget"]):
         return []
@@ -78,6 +88,8 @@ def side_by_side(group: pd.DataFrame, onnxruntime_median: float | None, name: An
         speedup = float(base["median"]) / median if base is not None and median else None
         tuning_s = _num(r.get("tuning_s")) if tuned else None
         trials = _num(r.get("tuning_trials")) if tuned else None
+        records_from = _records_from(r) if tuned else None
+        real = speedup is not None and speedup > 1.0 and ci is not None and _below(ci(r), ci(base))
         out.append(
             {
                 "config": name(r),
@@ -90,11 +102,32 @@ def side_by_side(group: pd.DataFrame, onnxruntime_median: float | None, name: An
                 "speedup_vs_onnxruntime": onnxruntime_median / median if onnxruntime_median and median else None,
                 "untuned_median": float(base["median"]) if base is not None else None,
                 "speedup_vs_untuned": speedup,
+                # Whether the speed-up is beyond the noise (None: no untuned counterpart to compare with).
+                "speedup_significant": None if speedup is None else real,
+                "records_from": records_from,
                 "tuning_minutes": None if tuning_s is None else tuning_s / 60.0,
-                "tuning_min_per_speedup": tuning_cost(tuning_s, speedup),
+                "tuning_min_per_speedup": tuning_cost(tuning_s, speedup) if real and not records_from else None,
             }
         )
     return out
+
+
+def _below(tuned: Any, untuned: Any) -> bool:
+    """Whether the tuned interval lies entirely below the untuned one (both known)."""
+    values = (tuned.hi, untuned.lo)
+    return all(v is not None and v == v for v in values) and tuned.hi < untuned.lo
+
+
+def _records_from(row: dict[str, Any]) -> str | None:
+    """Where a tuned build's schedules came from when not from its own search: "build ID" (an auto build that
+    applied a twin's records), "stored records" (every trial covered by records already stored), else None."""
+    twin = row.get("tuning_tuned_by")
+    if isinstance(twin, str) and twin:
+        return f"build {twin[:12]}"
+    trials, stored = _num(row.get("tuning_trials")), _num(row.get("tuning_from_records"))
+    if trials == 0 and stored:
+        return "stored records"
+    return None
 
 
 def _config(row: dict[str, Any]) -> tuple[Any, ...]:
@@ -120,8 +153,10 @@ def print_side_by_side(console: Console, rows: list[dict[str, Any]]) -> None:
             table.render(console, columns.SIDE_BY_SIDE, entries, title)
     if any(r.get("tuning") for r in rows):
         console.print(
-            "×ORT > 1: faster than ONNX Runtime on the same boards; ×untuned: the same configuration without "
-            "tuning over this one; min per ×: tuning minutes per unit of speed-up gained (lower is cheaper)"
+            "ORT/this: ONNX Runtime's time over this one's (> 1: faster than ONNX Runtime, same boards); ×untuned: "
+            "the same configuration and TVM release without tuning over this one; min per ×: tuning minutes per "
+            "unit of speed-up gained (lower is cheaper), '-' when the speed-up is within the noise (95% CIs "
+            "overlap) or none; 'reused': the schedules came from another build's records (--json: records_from)"
         )
 
 
