@@ -102,17 +102,19 @@ def print_best(console: Console, rows: list[dict[str, Any]], confidence: float, 
     if not rows:
         console.print("no ok results to rank (only jobs whose outputs passed the check compete)")
         return
-    label = f"{confidence * 100:.0f}% CI" if metric == "steady" else "first inference"
+    label = f"{confidence * 100:.0f}% CI"
     title = "fastest correct configuration per (model, board)" + (", by first inference" if metric == "first" else "")
-    table.render(console, cols.best(label), rows, title)
+    table.render(console, cols.best(label, metric), rows, title)
     for r in rows:
         style = "yellow" if r["uncertain"] else "green"
-        head = f"{r['model']} on {r['board_key']} ({r['unit']}):"
+        head = f"{r['model']} on {r['board_key']}" + (f" ({r['unit']}):" if r["unit"] else ":")
         console.print(Text.assemble((head, style), " ", r["verdict"]), highlight=False)
         for who in ("best", "runner_up"):
             for w in r.get(f"{who}_warnings") or []:
                 name = r["best"] if who == "best" else r["runner_up"]
                 console.print(Text.assemble("  ", ("warning", "red"), f" ({name}): {w}"), highlight=False)
+    if any(r.get("speedup_vs_onnxruntime") is not None for r in rows):
+        console.print(f"{cols.ORT_HEADER}: ONNX Runtime's time over this one's (> 1: faster than ONNX Runtime)")
     if any(r["emulated"] for r in rows):
         console.print("emulated timings measure the emulator, not the hardware: they are ranked only among themselves")
 
@@ -136,9 +138,28 @@ def print_compare(console: Console, result: Comparison, show_all: bool) -> None:
     console.print(result.summary(), highlight=False)
 
 
-def print_regressions(console: Console, rows: list[dict[str, Any]], method: str) -> None:
+def print_regressions(
+    console: Console,
+    rows: list[dict[str, Any]],
+    method: str,
+    unjudged: int = 0,
+    judged: int | None = None,
+    needed: int = 3,
+) -> None:
+    """The regressions table; ``unjudged``: latest results with too little history to judge (said, so that
+    "no regressions" is never claimed of results nobody could judge); ``judged``: how many were judged;
+    ``needed``: the earlier results a judgement needs (Params.min_history)."""
+    if unjudged:
+        console.print(
+            f"not enough history to judge {unjudged} latest result(s) (each needs {needed} earlier ok "
+            "results of the same configuration; --all lists them)"
+        )
     if not rows:
-        console.print(f"no regressions ({method}): every latest result is within its history's noise")
+        if judged == 0:
+            console.print(f"no regressions found ({method}), and no result had enough history to be judged")
+        else:
+            within = f"every one of the {judged} judged" if judged is not None else "every"
+            console.print(f"no regressions ({method}): {within} latest result(s) within its history's noise")
         return
     cols = [
         "job_key",
@@ -160,7 +181,12 @@ def print_regressions(console: Console, rows: list[dict[str, Any]], method: str)
         "regressed",
         "note",
     ]
-    table_rows(console, rows, f"results slower than their history ({method})", cols)
+    shown = [{**r, "regressed": _regressed_cell(r)} for r in rows]  # "-": not judged, not "no"
+    table_rows(console, shown, f"results slower than their history ({method})", cols)
+
+
+def _regressed_cell(r: dict[str, Any]) -> str:
+    return "-" if r.get("regressed") is None or r.get("baseline") is None else "yes" if r["regressed"] else "no"
 
 
 def print_releases(console: Console, result: Releases) -> None:

@@ -13,7 +13,8 @@ from typing import Any
 from tvmbench.answers.table import Column, fmt
 
 _STATUS_STYLE = {"ok": "green", "pending": "yellow", "pending-device": "yellow", "new": "yellow"}
-_VERDICT_STYLE = {"regression": "red", "broken": "red", "improvement": "green", "fixed": "green"}
+_VERDICT_STYLE = {"regression": "red", "broken": "red", "improvement": "green", "fixed": "green",
+                  "undecided (too few samples)": "yellow"}  # fmt: skip
 
 
 def status_style(key: str) -> Any:
@@ -85,11 +86,13 @@ LAYOUT = Column("layout", "layout", "layout", priority=0)
 
 
 def results(rows: list[dict[str, Any]]) -> list[Column]:
-    """RESULTS, with the data layout and the TVM release after the pipeline when the rows span more than one
-    (a layout axis, a tvm axis)."""
+    """RESULTS, with the data layout, the TVM release and the tuning after the pipeline when the rows span more
+    than one (a layout axis, a tvm axis, a tuning axis)."""
     extra = [LAYOUT] if spans_layouts(rows) else []
     if len({r.get("tvm_version") for r in rows}) > 1:
         extra.append(Column("tvm", "tvm", "tvm_version", priority=0))
+    if len({r.get("tuning", "untuned") for r in rows}) > 1:  # untuned, tuned 8 and tuned auto are three rows
+        extra.append(Column("tuning", "tuning", "tuning", priority=0))
     if not extra:
         return RESULTS
     at = next(i for i, c in enumerate(RESULTS) if c.key == "pipeline") + 1
@@ -232,33 +235,51 @@ def short_config(name: str | None, board_key: str | None = None) -> str:
     return " ".join(words)
 
 
-def best(label: str) -> list[Column]:
-    """`results best`: per (model, board) the winner, its median and interval, the runner-up, speed-ups."""
-    return [
+def _text(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+#: The header of the ONNX Runtime column: its median over this configuration's, so > 1 means this one is
+#: faster ("×ORT" read as "times ONNX Runtime's time", the README's "× ONNX Runtime", means the opposite).
+ORT_HEADER = "ORT/this"
+
+
+def best(label: str, metric: str = "steady") -> list[Column]:
+    """`results best`: per (model, board) the winner, its median and interval, the runner-up, speed-ups.
+
+    With ``metric="first"`` the figures are first inferences (one per run, no interval): the columns say so.
+    """
+    first = metric == "first"
+    figure = "first inference ms" if first else "median"
+    cells = [
         Column("model", "model", "model", priority=0, wrap=True),
         Column("board", "board", "board_key", priority=0),
-        Column("unit", "unit", "unit", priority=3, text=lambda r: r["unit"] + (" emulated" if r["emulated"] else "")),
+        Column("unit", "unit", "unit", priority=3,
+               text=lambda r: _text(r["unit"]) + (" emulated" if r["emulated"] else "")),
         Column("best", "best", "best", priority=0, wrap=True,
-               text=lambda r: ("? " if r["uncertain"] else "") + r["best"],
-               short=lambda r: ("? " if r["uncertain"] else "") + short_config(r["best"], r["board_key"]),
-               legend=CONFIG_LEGEND, style=lambda r: "yellow" if r["uncertain"] else None),
-        Column("median", "median", "best_median", priority=0, right=True,
+               text=lambda r: ("? " if r["uncertain"] else "") + (r["best"] or "no TVM config passed"),
+               short=lambda r: ("? " if r["uncertain"] else "")
+               + (short_config(r["best"], r["board_key"]) if r["best"] else "no TVM passed"),
+               legend=CONFIG_LEGEND, style=lambda r: "yellow" if r["uncertain"] or not r["best"] else None),
+        Column("first" if first else "median", figure, "best_median", priority=0, right=True,
                text=lambda r: fmt(r["best_median"]) + flag(r.get("best_warnings"))),
         Column("ci", label, "best_lo", priority=0, text=lambda r: ci(r["best_lo"], r["best_hi"])),
-        Column("ort", "×ORT", "speedup_vs_onnxruntime", priority=0, right=True,
+        Column("ort", ORT_HEADER, "speedup_vs_onnxruntime", priority=0, right=True,
                text=lambda r: fmt(r["speedup_vs_onnxruntime"], 3)),
         Column("peak", "peak MB", "best_peak_mem_mb", priority=2, right=True,
                text=lambda r: fmt(r.get("best_peak_mem_mb"))),
         Column("runner_up", "runner-up", "runner_up", priority=1, wrap=True,
                text=lambda r: r["runner_up"] or "-",
                short=lambda r: short_config(r["runner_up"], r["board_key"]), legend=CONFIG_LEGEND),
-        Column("runner_up_median", "runner-up median", "runner_up_median", priority=1, right=True,
-               text=lambda r: fmt(r["runner_up_median"]) + flag(r.get("runner_up_warnings"))),
+        Column("runner_up_first" if first else "runner_up_median", f"runner-up {figure}", "runner_up_median",
+               priority=1, right=True, text=lambda r: fmt(r["runner_up_median"]) + flag(r.get("runner_up_warnings"))),
         Column("runner_up_ci", f"runner-up {label}", "runner_up_lo", priority=2,
                text=lambda r: ci(r["runner_up_lo"], r["runner_up_hi"])),
         Column("slowest", "×slowest", "speedup_vs_slowest", priority=2, right=True,
                text=lambda r: fmt(r["speedup_vs_slowest"], 3)),
     ]  # fmt: skip
+    # A first inference is one value per run: no interval to show (the columns would be "-" throughout).
+    return [c for c in cells if not (first and c.key in ("ci", "runner_up_ci"))]
 
 
 def layouts(label: str) -> list[Column]:
@@ -286,6 +307,8 @@ COMPARE = [
     Column("executor", "executor", "executor", priority=1),
     Column("opt", "opt", "opt_level", priority=1, right=True),
     Column("pipeline", "pipeline", "pipeline", priority=3),
+    # Shown when a sweep tuned: "untuned", the budget or "auto" (answers.query.tuning_text).
+    Column("tuning", "tuning", "tuning", priority=0, optional=True, text=lambda r: r.get("tuning") or "untuned"),
     Column("a", "A", "median_a", priority=0, right=True, text=lambda r: _side(r, "a")),
     Column("b", "B", "median_b", priority=0, right=True, text=lambda r: _side(r, "b")),
     Column("ratio", "B/A", "ratio", priority=0, right=True, text=lambda r: fmt(r["ratio"], 3)),
@@ -302,7 +325,7 @@ SIDE_BY_SIDE = [
     Column("stopped", "stopped by", "stopped_by", priority=2, optional=True),
     Column("trials", "trials", "tuning_trials", priority=2, right=True),
     Column("median", "median", "median", priority=0, right=True),
-    Column("ort", "×ORT", "speedup_vs_onnxruntime", priority=0, right=True,
+    Column("ort", ORT_HEADER, "speedup_vs_onnxruntime", priority=0, right=True,
            text=lambda e: fmt(e["speedup_vs_onnxruntime"], 3)),
     Column("untuned", "untuned", "untuned_median", priority=1, right=True),
     Column("x_untuned", "×untuned", "speedup_vs_untuned", priority=0, right=True,
@@ -310,7 +333,7 @@ SIDE_BY_SIDE = [
     Column("minutes", "tuning min", "tuning_minutes", priority=1, right=True,
            text=lambda e: fmt(e["tuning_minutes"], 3)),
     Column("per_x", "min per ×", "tuning_min_per_speedup", priority=1, right=True,
-           text=lambda e: fmt(e["tuning_min_per_speedup"], 3)),
+           text=lambda e: "reused" if e.get("records_from") else fmt(e["tuning_min_per_speedup"], 3)),
 ]  # fmt: skip
 
 

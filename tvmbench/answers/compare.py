@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from db.store import ResultStore
 
 _IDENTITY = ["job_key", "model", "target", "board_key", "executor", "opt_level", "pipeline"]
+#: The verdict of a change beyond the threshold that no test could judge (under two samples a side).
+UNDECIDED = "undecided (too few samples)"
 
 
 @dataclass
@@ -46,10 +48,12 @@ class Comparison:
     def summary(self) -> str:
         g = self.geomean_ratio
         gm = f"{g:.3f}" if math.isfinite(g) else "n/a"
+        undecided = self.count(UNDECIDED)
+        untested = f", {undecided} undecided (too few samples to test: use repeat >= 5)" if undecided else ""
         return (
             f"{self.sweep_a} -> {self.sweep_b}: {len(self.rows)} matched jobs, geometric mean ratio B/A {gm}; "
             f"{self.count('regression')} regression(s), {self.count('improvement')} improvement(s), "
-            f"{self.count('broken')} broken, {self.count('fixed')} fixed; "
+            f"{self.count('broken')} broken, {self.count('fixed')} fixed{untested}; "
             f"{self.only_a} only in A, {self.only_b} only in B" + self.load_note()
         )
 
@@ -82,6 +86,11 @@ def _verdict(
         return "failed"
     if ratio is None:
         return "incomparable"
+    beyond = ratio > 1 + threshold or ratio < 1 / (1 + threshold)
+    if beyond and (math.isnan(p) or math.isnan(lo) or math.isnan(hi)):
+        # Fewer than two samples a side (repeat = 1): no test and no interval can say whether a change this
+        # large is real, so it is neither a regression nor "same".
+        return UNDECIDED
     significant = not math.isnan(p) and p < alpha
     if significant and ratio > 1 + threshold and lo > 1:
         return "regression"
@@ -112,6 +121,11 @@ def compare(
     """Compare sweep ``ref_b`` against baseline ``ref_a``; ratio is median(B)/median(A), >1 means slower."""
     a = q.resolve_sweep(store, ref_a)
     b = q.resolve_sweep(store, ref_b)
+    if a.id == b.id:  # a sweep against itself is ratio 1 everywhere: an answer to no question
+        same = f"{ref_a!r} and {ref_b!r} both name sweep {a.id}" if ref_a != ref_b else f"{ref_a!r} names sweep {a.id}"
+        raise q.QueryError(
+            f"{same} on both sides: give two different sweeps (ids; `tvmbench results sweeps` lists them)"
+        )
     df_a = q.query(store, q.Filters(sweep=a.id), with_samples=True)
     df_b = q.query(store, q.Filters(sweep=b.id), with_samples=True)
     merged = df_a.merge(df_b, on="job_key", suffixes=("_a", "_b"))
@@ -136,6 +150,8 @@ def compare(
             lo, hi = ci.lo, ci.hi
             p = mann_whitney_p(r["samples_a"], r["samples_b"])
         row = {k: r[k if k == "job_key" else f"{k}_a"] for k in _IDENTITY}
+        # untuned, tuned 8 and tuned auto are different jobs that would read as one row without it
+        row["tuning"] = None if r["tuning_a"] == "untuned" else r["tuning_a"]
         row.update(
             {
                 "status_a": r["status_a"],

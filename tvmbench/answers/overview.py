@@ -4,7 +4,7 @@ sweeps`, the dashboard's live page), the boards the database knows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
@@ -20,20 +20,37 @@ if TYPE_CHECKING:
     from db.store import ResultStore
 
 
+NAMED_SHOWN = 5  # sweeps of one name a note lists
+#: Where resolve_sweep says which sweep a name stood for when several have it (the CLI sets a stderr
+#: printer; None, the default for the library and the dashboard, says nothing).
+on_name_choice: Callable[[str], None] | None = None
+
+
 def resolve_sweep(store: ResultStore, ref: str) -> m.Sweep:
-    """The one sweep ``ref`` names: exact id, unique id prefix, or label/name (newest wins)."""
+    """The one sweep ``ref`` names: exact id, unique id prefix, or label/name (newest wins, and
+    ``on_name_choice`` is told which one when several sweeps have that label or name)."""
     with store.read() as s:
         sweep_id = resolve_prefix(s, m.Sweep.id, ref, "sweep id")
         if sweep_id is not None:
             return s.get(m.Sweep, sweep_id)
-        named = s.scalars(
-            select(m.Sweep)
-            .where((m.Sweep.label == ref) | (m.Sweep.name == ref))
-            .order_by(m.Sweep.created_at.desc())
-            .limit(1)
-        ).first()
-        if named is not None:
-            return named
+        named = list(
+            s.scalars(
+                select(m.Sweep)
+                .where((m.Sweep.label == ref) | (m.Sweep.name == ref))
+                .order_by(m.Sweep.created_at.desc(), m.Sweep.id)
+                .limit(NAMED_SHOWN + 1)
+            )
+        )
+        if named:
+            if len(named) > 1 and on_name_choice is not None:
+                others = ", ".join(sw.id for sw in named[1:NAMED_SHOWN]) + (
+                    " and more" if len(named) > NAMED_SHOWN else ""
+                )
+                on_name_choice(
+                    f"note: {ref!r} names several sweeps; using the newest, {named[0].id} "
+                    f"(created {named[0].created_at:%Y-%m-%d %H:%M}); the others: {others}; give an id to choose"
+                )
+            return named[0]
     raise QueryError(f"no sweep {ref!r} (id, id prefix, label or name); `tvmbench results sweeps` lists them")
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, case, func, select
+from sqlalchemy import Select, String, case, func, select
 
 from db import models as m
 from db.lookup import QueryError, resolve_prefix
@@ -88,6 +88,17 @@ _COLUMNS: dict[str, Any] = {
     "tuning_s": m.Build.tuning_s,
     # The rule that stopped an auto budget (until, plateau, max_minutes, max_trials, ...); NULL for others.
     "tuning_stopped_by": m.Build.tuning["stopped_by"].as_string(),
+    # The build whose records an auto build applied instead of searching (a twin of the same workloads),
+    # and the trials covered by stored records: where a build's speed-up was not bought by its own tuning.
+    "tuning_tuned_by": m.Build.tuning[("stop", "tuned_by")].as_string(),
+    "tuning_from_records": m.Build.tuning["trials_from_records"].as_integer(),
+    # The tuning as people say it: "untuned", the budget ("64"), or "auto" (an auto budget stores its trial
+    # cap in tuning_budget, so by that column it would merge with a fixed budget of the same size).
+    "tuning": case(
+        (func.coalesce(m.Build.tuning["stopped_by"].as_string(), "") != "", "auto"),
+        (func.coalesce(m.Build.tuning_budget, 0) > 0, func.cast(m.Build.tuning_budget, String)),
+        else_="untuned",
+    ),
     "equivalent_to": m.Job.equivalent_to,
     # The TVM the program was built with: the build's own (a sweep with a `tvm` axis builds under several
     # releases), else the sweep's (older builds did not record it).
@@ -116,6 +127,7 @@ DIMENSIONS: tuple[str, ...] = (
     "emulated",
     "tvm_version",
     "tuning_budget",
+    "tuning",
 )
 
 
@@ -320,7 +332,14 @@ def job_detail(store: ResultStore, job_ref: str, sweep_id: str | None = None) ->
             within.append(m.Job.sweep_id == sweep_id)
         job_key = resolve_prefix(s, m.Job.job_key, job_ref, "job key", *within)
         if job_key is None:
-            return None
+            # A build id (`results show` names "build 4e3a585a03ba" where one build applied another's
+            # records): the newest job built by it.
+            build_key = resolve_prefix(s, m.Job.build_key, job_ref, "build id", *within)
+            if build_key is None:
+                return None
+            job_key = s.scalars(
+                select(m.Job.job_key).where(m.Job.build_key == build_key, *within).order_by(m.Job.id.desc()).limit(1)
+            ).first()
         stmt = (
             select(m.Job)
             .join(m.Sweep, m.Sweep.id == m.Job.sweep_id)
@@ -376,6 +395,13 @@ def peak_memory_mb(executor: str, run: m.Run | None, build: m.Build | None) -> f
     return None
 
 
+def tuning_text(budget: Any, stopped_by: Any) -> str:
+    """A build's tuning in a word: "untuned", its budget ("64") or "auto" (the query's ``tuning`` column)."""
+    from tvmbench.answers.tuning import budget_text, is_tuned
+
+    return budget_text(budget, stopped_by) if is_tuned(budget) else "untuned"
+
+
 def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None, sweep_tvm: str | None) -> dict[str, Any]:
     return {
         "sweep_id": job.sweep_id,
@@ -412,6 +438,7 @@ def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None, sweep_tvm:
         "tuning_trials": build.tuning_trials if build else None,
         "tuning_s": build.tuning_s if build else None,
         "tuning_stopped_by": (build.tuning or {}).get("stopped_by") if build else None,
+        "tuning": tuning_text(build.tuning_budget, (build.tuning or {}).get("stopped_by")) if build else "untuned",
         "kernel_count": build.kernel_count if build else None,
         "pass_count": build.pass_count if build else None,
         # The release the program was built with (the sweep's TVM for builds that did not record theirs).

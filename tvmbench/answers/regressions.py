@@ -126,7 +126,8 @@ def find(
     params: Params | None = None,
     include_all: bool = False,
 ) -> list[dict[str, Any]]:
-    """Judge the latest result of every fingerprint against its history; only regressions unless ``include_all``.
+    """Judge the latest result of every fingerprint against its history; only regressions unless ``include_all``
+    (then every latest result: ``regressed`` is None for one with too little history to judge).
 
     With ``filters.sweep`` the "latest" is that sweep's result, judged against what came before it.
     """
@@ -155,7 +156,8 @@ def find(
         row = {k: latest[k] for k in _COLUMNS if k not in ("median", "sweep_created_at", "finished_at")}
         row.update({"latest": float(latest["median"]), "history": len(history), "method": method})
         if len(history) < p.min_history:
-            row.update(regressed=False, baseline=None, ratio=None, score=None, baseline_tvm_version=None)
+            # Not judged: None, never False (a "no" would read as "checked, and within the noise").
+            row.update(regressed=None, baseline=None, ratio=None, score=None, baseline_tvm_version=None)
             row["release_step"] = None
             row["note"] = f"{len(history)} earlier result(s), {p.min_history} needed"
         else:
@@ -194,7 +196,7 @@ def history(
         key = resolve_prefix(s, m.Job.job_key, job_key, "job key")
     if key is None:
         raise q.QueryError(f"no job with key starting {job_key!r}; `tvmbench results list` shows the keys")
-    columns = [*_COLUMNS, "status", "sweep_label", "load_avg_1m"]
+    columns = [*_COLUMNS, "status", "sweep_label", "load_avg_1m", "tuning"]
     df = q.frame(store, q.base_select(columns).where(m.Job.job_key == key))
     df = df.sort_values(["sweep_created_at", "finished_at"], na_position="last")
     first = df.iloc[0]
@@ -229,5 +231,7 @@ def history(
         series.append(float(r["median"]))
         earlier_releases.setdefault((r["unit"], bool(r["emulated"])), []).append(release)
         points.append(point)
-    identity = {k: _jsonable(first[k]) for k in ("model", "target", "board_key", "executor", "opt_level", "pipeline")}
+    identity = {
+        k: _jsonable(first[k]) for k in ("model", "target", "board_key", "executor", "opt_level", "pipeline", "tuning")
+    }
     return {"job_key": key, **identity, "method": method, "lookback": p.lookback, "points": records(points)}

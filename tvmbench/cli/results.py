@@ -20,6 +20,7 @@ from tvmbench.cli.common import (
     console,
     fail,
     failures_as_lines,
+    note,
     open_store,
     print_json,
     tables,
@@ -32,6 +33,21 @@ report = lazy("tvmbench.answers.report")
 tuning_answers = lazy("tvmbench.answers.tuning")
 
 app = typer.Typer(no_args_is_help=True, help="Query the results database.")
+
+
+def _name_notes() -> None:
+    """Have a sweep *name* that several sweeps share say, on stderr, which one it stood for (the newest)
+    and the others' ids: picking one silently answered about a run the user may not have meant."""
+    from tvmbench.answers import overview
+
+    said: set[str] = set()
+
+    def once(line: str) -> None:  # `compare NAME NAME` resolves the name twice: one note
+        if line not in said:
+            said.add(line)
+            note(line)
+
+    overview.on_name_choice = once
 
 
 @app.command("list")
@@ -47,6 +63,7 @@ def results_list(
     from tvmbench.answers import query
 
     tables(wide, only, tsv, as_json)
+    _name_notes()
     with failures_as_lines():  # an unknown or ambiguous --sweep: one line, exit 2
         rows = query.results(open_store(db, read_only=True), sweep)
     if as_json:
@@ -196,6 +213,7 @@ def results_query(
     from tvmbench.answers import query
 
     tables(wide, only, tsv, as_json)
+    _name_notes()
     if max_memory_mb is not None and not max_memory_mb > 0:  # nan too
         fail(f"--max-memory-mb {max_memory_mb:g}: give the board's memory in MB, e.g. --max-memory-mb 512", code=2)
     filters = _filters(sweep, model, target, board, executor, opt_level, pipeline, status, since, until)
@@ -214,7 +232,8 @@ def results_query(
             df = query.group(df, _split(group_by))
         elif not (as_json or as_csv):
             df = df[["job_key", "sweep_label", "model", "target", "board", "executor", "opt_level", "pipeline",
-                     "status", "unit", "median", "std", "peak_mem_mb", "max_abs_err", "emulated"]]  # fmt: skip
+                     "tuning", "status", "unit", "median", "std", "peak_mem_mb", "max_abs_err",
+                     "emulated"]]  # fmt: skip
         unknown = query.unknown_memory_count(store, filters) if max_memory_mb is not None else 0
     analysis_views.write_frame(console, df, filters.describe(), "json" if as_json else "csv" if as_csv else "table")
     if table_only and len(df) == limit:
@@ -254,6 +273,7 @@ def results_best(
     from tvmbench.answers import ranking
 
     tables(wide, only, tsv, as_json)
+    _name_notes()
     filters = _filters(sweep, model, target, board, executor, None, pipeline, None, None, None)
     with failures_as_lines():
         check_range("--confidence", confidence, 0, 1, open_low=True)
@@ -285,6 +305,7 @@ def results_compare(
     from tvmbench.answers import compare
 
     tables(wide, only, tsv, as_json)
+    _name_notes()
     with failures_as_lines():
         check_range("--threshold", threshold, 0)
         check_range("--alpha", alpha, 0, 1, open_low=True)
@@ -319,6 +340,7 @@ def results_releases(
     from tvmbench.answers import releases
 
     tables(wide, only, tsv, as_json)
+    _name_notes()
     filters = _filters(sweep, model, target, board, executor, None, None, None, None, None)
     with failures_as_lines():
         check_range("--threshold", threshold, 0)
@@ -356,19 +378,24 @@ def results_regressions(
     from tvmbench.answers import regressions
 
     tables(wide, only, tsv, as_json)
+    _name_notes()
     filters = _filters(sweep, model, target, board, executor, None, None, None, None, None)
     check_range("--lookback", lookback, 1)
     check_range("--z", z, 0, open_low=True)
     check_range("--threshold", threshold, 0)
     params = regressions.Params(lookback=lookback, z=z, threshold=threshold)
     with failures_as_lines():
-        rows = regressions.find(
-            open_store(db, read_only=True), filters, method=method, params=params, include_all=show_all
+        every = regressions.find(
+            open_store(db, read_only=True), filters, method=method, params=params, include_all=True
         )
+    rows = every if show_all else [r for r in every if r["regressed"]]
     if as_json:
         print_json(analysis_views.records(rows))
         return
-    analysis_views.print_regressions(console, rows, method)
+    unjudged = sum(1 for r in every if r["regressed"] is None)
+    analysis_views.print_regressions(
+        console, rows, method, unjudged=unjudged, judged=len(every) - unjudged, needed=params.min_history
+    )
 
 
 @app.command("history")
@@ -396,9 +423,12 @@ def results_history(
         return
     cols = ["sweep_id", "sweep_label", "sweep_created_at", "status", "median", "unit", "baseline", "score", "regressed",
             "tvm_version"]  # fmt: skip
-    title = f"{data['model']} {data['executor']} O{data['opt_level']} {data['pipeline']} on {data['board_key']}"
+    tuned = f" tuned {data['tuning']}" if data.get("tuning") not in (None, "untuned") else ""
+    title = f"{data['model']} {data['executor']} O{data['opt_level']} {data['pipeline']}{tuned} on {data['board_key']}"
     history_of = f"history of {data['job_key'][:12]}: {title}"
-    analysis_views.table_rows(console, data["points"], history_of, cols, priority={"sweep_id": 0})
+    # A point with no baseline was not judged: "-", not "no" (which would read as "checked, within the noise").
+    points = [{**p, "regressed": "-" if p["baseline"] is None else p["regressed"]} for p in data["points"]]
+    analysis_views.table_rows(console, points, history_of, cols, priority={"sweep_id": 0})
     for p in data["points"]:  # where the release changed: a step after it may be the release's
         if p["release_boundary"]:
             console.print(f"release boundary at sweep {p['sweep_id'][:12]}: {p['release_boundary']}", highlight=False)
@@ -413,6 +443,7 @@ def report_cmd(
     """One self-contained HTML report of a sweep: latency plots, ranking, regressions, failures."""
     from tvmbench.answers import html_report
 
+    _name_notes()
     if output.is_dir():
         fail(f"-o {output} is a directory: give a file path such as {output / 'report.html'}", code=2)
     if png is not None and png.exists() and not png.is_dir():
