@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -117,3 +118,75 @@ def test_list_leaves_out_workloads_without_records(db_url: str, plain: Path) -> 
     assert CliRunner().invoke(app, args).exit_code == 0
     rows = _scopes(db_url)
     assert [(r["board_key"], r["workloads"], r["records"]) for r in rows] == [("cancelled", 1, RECORDS)], rows
+
+
+class _FakeTable:
+    """The progress actor's stand-in: ``report.remote(...)`` lands in ``table`` (as the Ray actor's would)."""
+
+    def __init__(self) -> None:
+        from workers.tuning.progress import _ProgressTable
+
+        self.actor = _ProgressTable()
+        self.report = SimpleNamespace(remote=self.actor.report)
+
+
+def test_progress_counts_trials_run_apart_from_stored_records() -> None:
+    """Defect 3: a sweep ended with `built 7/5 ... trials 32/4016`: 8 trials had run, stored records were
+    counted as trials, auto jobs counted at their 2000-trial cap, and parked builds were missing from the
+    total. The real sweep code sums the table (SweepRun._report_tuning, _tuning_finished) into the real
+    listener; the reporters are the real ones with the actor replaced by its class."""
+    from orchestrator.scheduling.events import Progress, SweepOutcome
+    from orchestrator.scheduling.sweep import SweepRun
+    from tvmbench.cli.sweep import progress_detail
+    from workers.tuning.progress import ProgressReporter
+
+    seen: list[dict[str, int]] = []
+    listener = Progress(SweepOutcome("s", True, 7), lambda _event, counts: seen.append(counts))
+    fake = _FakeTable()
+    # (budget, trials stored records cover, trials measured): fixed 8 and its twin, auto (cap 2000) and its twin.
+    tuned = {"fixed": (8, 0, 8), "fixed-twin": (8, 8, 0), "auto": (2000, 0, 4), "auto-twin": (2000, 4, 0)}
+    jobs = {key: SimpleNamespace(tuning=budget) for key, (budget, _, _) in tuned.items()}
+    jobs |= {key: SimpleNamespace(tuning=0) for key in ("untuned", "untuned-bytecode", "onnxruntime")}
+    sweep = SimpleNamespace(
+        _tuning_final={}, _tuning_seen={}, listener=listener,
+        by_build={key: [SimpleNamespace(job=job)] for key, job in jobs.items()},
+    )  # fmt: skip
+    sweep._report_tuning = lambda table: SweepRun._report_tuning(sweep, table)
+
+    def finish(key: str, tuning: dict | None) -> None:  # what SweepRun does when a build comes back
+        build = SimpleNamespace(tuning=tuning, reused_from=None)
+        listener.on_build_done(jobs[key], build)
+        SweepRun._tuning_finished(sweep, key, build)
+
+    listener.on_start(0, 5, 7)  # the two auto builds are parked (until = "onnxruntime"): not in the 5
+    for key in ("untuned", "untuned-bytecode", "onnxruntime"):
+        finish(key, None)
+    for key, (budget, stored, measured) in tuned.items():
+        reporter = ProgressReporter(None, key, budget)
+        reporter._actor = fake
+        reporter.report(stored)  # the stage's first report: what the stored records cover
+        sweep._report_tuning(fake.actor.snapshot())
+        assert seen[-1]["trials_done"] <= 8 + 4, seen[-1]
+        for n in range(1, measured + 1):
+            reporter.report(stored + n)
+        sweep._report_tuning(fake.actor.snapshot())
+        finish(key, {"budget": budget, "trials_run": measured, "trials_from_records": stored})
+    assert all(c.get("built", 0) <= c["to_build"] for c in seen), seen
+    last = seen[-1]
+    assert (last["built"], last["to_build"]) == (7, 7)
+    assert (last["trials_done"], last["trials_reused"]) == (12, 12), last
+    detail = progress_detail(last)
+    assert "trials run 12 (+12 from stored records)" in detail, detail
+    assert "2000" not in detail and "4016" not in detail, detail
+
+
+def test_file_progress_keeps_the_records_share(tmp_path: Path) -> None:
+    """A toolchain child's progress file says what its stored records covered, apart from the count."""
+    from workers.tuning.progress import FileProgress, read_progress
+
+    path = str(tmp_path / "progress.json")
+    progress = FileProgress(path, 16)
+    progress.report(6)
+    progress.report(10)
+    assert read_progress(path) == (10, 16)
+    assert json.loads(Path(path).read_text())["from_records"] == 6

@@ -96,12 +96,22 @@ class StoreWriter(Listener):
 
 
 class Progress(Listener):
-    """The counts of the outcome and of the progress callback, which it calls after each event."""
+    """The counts of the outcome and of the progress callback, which it calls after each event.
+
+    Tuning counts (``on_tuning`` and the tuned builds' provenance): ``trials_done`` is the trials measured
+    in this run, ``trials_reused`` the trials finished builds took from stored records instead (never
+    counted as run), ``trials_budget`` the budgets of the tuned builds seen so far (an auto budget counts
+    its ``max_trials`` cap: a ceiling, not a plan, so the CLI does not show it as a total).
+    """
 
     def __init__(self, outcome: SweepOutcome, progress: ProgressFn | None) -> None:
         self.outcome = outcome
         self.progress = progress or (lambda _event, _counts: None)
         self.counts: Counter = Counter()
+        # Of the tuned builds that finished: what the sweep's trial sum counts for them (trials run plus
+        # trials from records: orchestrator/scheduling/sweep.py's _tuning_finished), and of that the run part.
+        self._finished_counted = 0
+        self._finished_run = 0
 
     def _count(self, status: str) -> None:
         self.outcome.statuses[status] += 1
@@ -117,6 +127,15 @@ class Progress(Listener):
         self.outcome.built += 1
         self.outcome.codegen_skipped += bool(build.reused_from)
         self.counts["built"] += 1
+        # Builds parked at the start (an auto budget waiting for its until baseline) are not in the start's
+        # count: each joins the total when it is built, so "built" never runs past it.
+        self.counts["to_build"] = max(self.counts["to_build"], self.counts["built"])
+        tuning = build.tuning or {}
+        if job.tuning and "trials_run" in tuning:  # the builds whose final trials the sweep reports
+            run, reused = int(tuning["trials_run"]), int(tuning.get("trials_from_records") or 0)
+            self._finished_counted += run + reused
+            self._finished_run += run
+            self.counts["trials_reused"] += reused
         self.progress("built", dict(self.counts))
 
     def on_job_ended(self, job_key: str, status: str, error: str | None) -> None:
@@ -133,7 +152,9 @@ class Progress(Listener):
         self.progress("retry", dict(self.counts))
 
     def on_tuning(self, done: int, budget: int) -> None:
-        self.counts["trials_done"] = done
+        # ``done`` sums the builds in flight (trials measured: workers/tuning/progress.py) and the finished
+        # ones as their provenance says, records included: those are taken out again, their run part kept.
+        self.counts["trials_done"] = self._finished_run + max(0, done - self._finished_counted)
         self.counts["trials_budget"] = budget
         self.progress("tuning", dict(self.counts))
 

@@ -182,6 +182,26 @@ def _tuning_tasks(store, spec: SweepSpec, job, tasks_of: dict) -> dict:
         return {"budget": job.tuning, "error": one_line(exc), "tasks": []}
 
 
+def progress_detail(c: dict[str, int]) -> str:
+    """The progress bar's words for the counts of orchestrator/scheduling/events.py's Progress.
+
+    Tuning shows the trials measured in this run and, apart, those stored records covered: a total would
+    mislead, since stored records shrink what a budget measures and an auto budget's cap is a ceiling the
+    search rarely reaches.
+    """
+    tuning = ""
+    if c.get("trials_budget"):
+        tuning = f" · trials run {c.get('trials_done', 0)}"
+        if c.get("trials_reused"):
+            tuning += f" (+{c['trials_reused']} from stored records)"
+    return (
+        f"built {c.get('built', 0)}/{c.get('to_build', 0)}"
+        + (f" ({c['cached']} cached)" if c.get("cached") else "")
+        + f" · ok {c.get('ok', 0)} · failed {c.get('failed', 0)}"
+        + tuning
+    )
+
+
 def _execute(
     spec: SweepSpec,
     db: str | None,
@@ -208,15 +228,7 @@ def _execute(
                 nonlocal started
                 started = True
                 done = c.get("ok", 0) + c.get("failed", 0) + c.get("waiting", 0)
-                bar.update(
-                    task,
-                    total=c.get("jobs"),
-                    completed=done,
-                    detail=f"built {c.get('built', 0)}/{c.get('to_build', 0)}"
-                    + (f" ({c['cached']} cached)" if c.get("cached") else "")
-                    + f" · ok {c.get('ok', 0)} · failed {c.get('failed', 0)}"
-                    + (f" · trials {c['trials_done']}/{c['trials_budget']}" if c.get("trials_budget") else ""),
-                )
+                bar.update(task, total=c.get("jobs"), completed=done, detail=progress_detail(c))
 
             try:
                 outcome = scheduler.execute_sweep(

@@ -2,6 +2,11 @@
 
 A tuned build runs for minutes inside one Ray task; the driver only sees it finish. The stage reports
 "trials done / budget" here after every measured batch and the driver reads the table while it waits.
+
+The table holds the trials *measured by this build*: the stage's count starts at the trials its stored
+records cover (its first report, before any batch) and a reporter subtracts that start, so the progress
+bar never counts records read from the database as trials that ran (the build's provenance keeps them
+apart too: ``trials_run`` and ``trials_from_records``).
 """
 
 from __future__ import annotations
@@ -40,10 +45,16 @@ def create_progress(sweep_id: str) -> Any:
 
 
 class ProgressReporter:
-    """The build task's side: ``report(done)``; silent when no driver listens (a build outside a sweep)."""
+    """The build task's side: ``report(done)``; silent when no driver listens (a build outside a sweep).
+
+    ``done`` counts the trials the stored records cover plus those measured since; the first report is
+    taken for the former (workers/tuning/stage.py reports it before the first batch) and the table gets
+    ``done`` less it: the trials this build measured.
+    """
 
     def __init__(self, name: str | None, build_key: str, budget: int) -> None:
         self.build_key, self.budget = build_key, budget
+        self.from_records: int | None = None  # the first report: trials covered by stored records
         self._actor: Any = None
         if name:
             import ray
@@ -54,9 +65,12 @@ class ProgressReporter:
                 self._actor = None
 
     def report(self, done: int) -> None:
+        if self.from_records is None:
+            self.from_records = done
         if self._actor is not None:
             try:
-                self._actor.report.remote(self.build_key, done, self.budget)  # fire and forget
+                measured = max(0, done - self.from_records)
+                self._actor.report.remote(self.build_key, measured, self.budget)  # fire and forget
             except Exception:
                 self._actor = None
 
@@ -64,19 +78,24 @@ class ProgressReporter:
 class FileProgress:
     """``report(done)`` into a JSON file (``{"done", "budget"}``), replaced whole so a reader never sees half.
 
-    A toolchain's child has no Ray: its parent (the build task) reads the file and reports to the actor.
+    A toolchain's child has no Ray: its parent (the build task) reads the file and reports to the actor
+    through a ProgressReporter, whose first report is then the first count the parent read; the child's
+    own first count (the records' share) is in the file as ``from_records`` for readers that want it.
     """
 
     def __init__(self, path: str, budget: int) -> None:
         self.path, self.budget = path, budget
+        self.from_records: int | None = None
 
     def report(self, done: int) -> None:
         import json
         import os
 
+        if self.from_records is None:
+            self.from_records = done
         partial = f"{self.path}.partial"
         with open(partial, "w") as f:
-            json.dump({"done": done, "budget": self.budget}, f)
+            json.dump({"done": done, "budget": self.budget, "from_records": self.from_records}, f)
         os.replace(partial, self.path)
 
 
