@@ -91,8 +91,8 @@ def results(rows: list[dict[str, Any]]) -> list[Column]:
     extra = [LAYOUT] if spans_layouts(rows) else []
     if len({r.get("tvm_version") for r in rows}) > 1:
         extra.append(Column("tvm", "tvm", "tvm_version", priority=0))
-    if len({r.get("tuning", "untuned") for r in rows}) > 1:  # untuned, tuned 8 and tuned auto are three rows
-        extra.append(Column("tuning", "tuning", "tuning", priority=0))
+    if len({r.get("tuning_label", "untuned") for r in rows}) > 1:  # untuned, tuned 8, tuned auto: three rows
+        extra.append(Column("tuning", "tuning", "tuning_label", priority=0))
     if not extra:
         return RESULTS
     at = next(i for i, c in enumerate(RESULTS) if c.key == "pipeline") + 1

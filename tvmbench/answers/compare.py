@@ -117,11 +117,15 @@ def compare(
     alpha: float = 0.05,
     confidence: float = 0.95,
     seed: int = DEFAULT_SEED,
+    distinct: bool = False,
 ) -> Comparison:
-    """Compare sweep ``ref_b`` against baseline ``ref_a``; ratio is median(B)/median(A), >1 means slower."""
+    """Compare sweep ``ref_b`` against baseline ``ref_a``; ratio is median(B)/median(A), >1 means slower.
+
+    ``distinct``: refuse (QueryError) when both name the same sweep (the CLI; the dashboard still answers).
+    """
     a = q.resolve_sweep(store, ref_a)
     b = q.resolve_sweep(store, ref_b)
-    if a.id == b.id:  # a sweep against itself is ratio 1 everywhere: an answer to no question
+    if distinct and a.id == b.id:  # a sweep against itself is ratio 1 everywhere: an answer to no question
         same = f"{ref_a!r} and {ref_b!r} both name sweep {a.id}" if ref_a != ref_b else f"{ref_a!r} names sweep {a.id}"
         raise q.QueryError(
             f"{same} on both sides: give two different sweeps (ids; `tvmbench results sweeps` lists them)"

@@ -438,7 +438,10 @@ def _result_row(job: m.Job, run: m.Run | None, build: m.Build | None, sweep_tvm:
         "tuning_trials": build.tuning_trials if build else None,
         "tuning_s": build.tuning_s if build else None,
         "tuning_stopped_by": (build.tuning or {}).get("stopped_by") if build else None,
-        "tuning": tuning_text(build.tuning_budget, (build.tuning or {}).get("stopped_by")) if build else "untuned",
+        # "untuned", "64" or "auto" (not "tuning": the job page reads that key as a tuning dict)
+        "tuning_label": tuning_text(build.tuning_budget, (build.tuning or {}).get("stopped_by"))
+        if build
+        else "untuned",
         "kernel_count": build.kernel_count if build else None,
         "pass_count": build.pass_count if build else None,
         # The release the program was built with (the sweep's TVM for builds that did not record theirs).

@@ -309,7 +309,8 @@ def results_compare(
     with failures_as_lines():
         check_range("--threshold", threshold, 0)
         check_range("--alpha", alpha, 0, 1, open_low=True)
-        result = compare.compare(open_store(db, read_only=True), sweep_a, sweep_b, threshold=threshold, alpha=alpha)
+        store = open_store(db, read_only=True)
+        result = compare.compare(store, sweep_a, sweep_b, threshold=threshold, alpha=alpha, distinct=True)
     if as_json:
         print_json(analysis_views.comparison_json(result))
     else:
