@@ -78,6 +78,12 @@ def keep_handlers() -> Iterator[None]:
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
+    except SystemExit as exc:
+        # Ray's SIGTERM handler, in place while ray.init starts the node (seconds), exits with the signal's
+        # number: a silent exit 15. Where ours was in place, end as our SIGTERM does (one line, 143).
+        if exc.code == signal.SIGTERM and saved[signal.SIGTERM] is _raise_terminated:
+            _raise_terminated(signal.SIGTERM, None)
+        raise
     finally:
         for sig, handler in saved.items():
             if handler is not None:  # None: set outside Python; nothing to restore it with

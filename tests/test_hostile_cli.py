@@ -269,6 +269,30 @@ def test_interrupts_keep_handlers_puts_ours_back() -> None:
         signal.signal(signal.SIGTERM, before)
 
 
+
+def test_sigterm_while_ray_starts_ends_as_our_sigterm() -> None:
+    """Ray's SIGTERM handler, in place while ray.init runs, exits 15 in silence (the hostile user's SIGTERM
+    5-7 s into `sweep run`); under keep_handlers that exit is our Terminated: one line, exit 143."""
+    from orchestrator import interrupts
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        interrupts.install()
+
+        def rays_handler(signum: int, _frame: object) -> None:  # ray._private.worker's, in Python
+            sys.exit(signum)
+
+        with pytest.raises(interrupts.Terminated), interrupts.keep_handlers():
+            signal.signal(signal.SIGTERM, rays_handler)
+            rays_handler(signal.SIGTERM, None)
+        assert interrupts.exit_code(KeyboardInterrupt()) == interrupts.SIGTERM_EXIT
+        with pytest.raises(SystemExit), interrupts.keep_handlers():  # any other exit passes through
+            sys.exit(3)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        interrupts.install()  # forget the SIGTERM for the tests after this one
+        signal.signal(signal.SIGTERM, before)
+
 _CTRL_C_IN_AN_EXIT_HOOK = """
 import atexit, os, signal, sys
 from tvmbench.cli.main import main
@@ -521,6 +545,63 @@ def test_output_to_a_full_disk_is_one_line_and_a_gone_reader_is_quiet(home: Path
             os.close(write_end)
         assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
 
+
+
+def test_a_file_where_tvmbench_keeps_a_folder_is_one_line(tmp_path: Path, home: Path) -> None:
+    """TVMBENCH_HOME/artifacts as a file gave a FileExistsError traceback; it is one line naming it, exit 1."""
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    sweep = write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n[[targets]]\npreset = "host"\n')
+    (home / "artifacts").write_text("not a folder")
+    done = tvmbench("sweep", "run", str(sweep), "--db", str(tmp_path / "r.db"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    line = error_line(done)
+    assert f"{home / 'artifacts'}: File exists; a file stands where tvmbench keeps a folder" in line, line
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        RuntimeError("Timed out waiting for file /tmp/ray/session_x/logs/gcs_server_port"),  # ulimit -n 24
+        Exception("The current node timed out during startup."),  # ulimit -v 1500000
+    ],
+)
+def test_ray_that_does_not_start_is_one_line(monkeypatch: pytest.MonkeyPatch, failure: Exception) -> None:
+    """Both gave a traceback after 30 s, naming neither the limit nor what to do."""
+    import ray
+
+    from orchestrator.farm import FarmError
+    from orchestrator.scheduling import run
+
+    def start(_num_cpus: object = None) -> None:
+        raise failure
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr("orchestrator.local_ray.start_local_ray", start)
+    with pytest.raises(FarmError) as caught:  # the CLI prints a FarmError as its one line, exit 1
+        run.ensure_ray(None)
+    message = str(caught.value)
+    assert message.startswith("Ray did not start on this machine (") and "`ulimit -n`" in message, message
+    assert "\n" not in message and str(failure) in message
+
+
+def test_an_artifact_write_that_fails_leaves_no_part_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk mid-write left artifacts/xx/tmp*.part behind, after a resume too, on the disk that was full."""
+    import errno as errnos
+
+    from workers.artifacts import ArtifactCache
+
+    cache = ArtifactCache(tmp_path / "artifacts")
+
+    def full(_fd: int) -> None:
+        raise OSError(errnos.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("workers.artifacts.os.fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        cache.put(b"a program")
+    assert [p.name for p in (tmp_path / "artifacts").rglob("*") if p.is_file()] == []
+    monkeypatch.undo()
+    sha = cache.put(b"a program")  # the disk has room again: the same write succeeds
+    assert cache.get(sha) == b"a program"
 
 def test_output_in_an_encoding_without_the_names_characters_prints_look_alikes(tmp_path: Path, home: Path) -> None:
     onnx.save(model_zoo.tiny_mlp(), tmp_path / "mlp.onnx")

@@ -53,11 +53,15 @@ class ArtifactCache:
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".part")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, target)
+            except BaseException:  # a full disk, an interrupt: no half-written .part left to fill it further
+                Path(tmp).unlink(missing_ok=True)
+                raise
         return sha
 
     def get(self, sha256: str) -> bytes | None:

@@ -15,6 +15,7 @@ from orchestrator.scheduling.measurements import Boards, TrackerBoards
 from orchestrator.scheduling.pool import TaskPool
 from orchestrator.scheduling.sweep import SweepRun
 from orchestrator.spec import SweepSpec
+from tvmbench.core.errors import one_line
 from tvmbench.core.records import FINAL_STATUSES, PENDING_STATUSES, Job
 from workers.artifacts import ArtifactCache
 from workers.build_common import tvm_versions
@@ -33,20 +34,42 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
 
     if ray.is_initialized():
         return
-    with keep_handlers():  # ray.init installs SIGTERM handlers that crash-dump or exit 1: keep ours
-        if address is None:
-            from orchestrator.local_ray import start_local_ray
+    try:
+        with keep_handlers():  # ray.init installs SIGTERM handlers that crash-dump or exit 1: keep ours
+            if address is None:
+                from orchestrator.local_ray import start_local_ray
 
-            start_local_ray(num_cpus)
-            return
-        ray.init(
-            address=address,
-            num_cpus=num_cpus,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level="WARNING",
-            configure_logging=True,
-        )
+                start_local_ray(num_cpus)
+                return
+            ray.init(
+                address=address,
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level="WARNING",
+                configure_logging=True,
+            )
+    except (ConnectionError, RuntimeError, TimeoutError, OSError, ValueError) as exc:
+        # Ray says "Timed out waiting for file ...gcs_server_port" (too few open files), "The current node
+        # timed out during startup" (too little memory): a traceback that never names the cause.
+        raise RayUnavailable(_ray_failure(address, exc)) from None
+    except Exception as exc:
+        if type(exc) is not Exception:  # Ray raises bare Exception for a node that never came up
+            raise
+        raise RayUnavailable(_ray_failure(address, exc)) from None
+
+
+class RayUnavailable(farm.FarmError):
+    """Ray could not be started or reached; the message says what to check."""
+
+
+def _ray_failure(address: str | None, exc: BaseException) -> str:
+    if address:
+        return f"could not connect to the Ray cluster at {address} ({one_line(exc)}): check the address and its head"
+    return (
+        f"Ray did not start on this machine ({one_line(exc)}): check free memory and the open-file limit "
+        "(`ulimit -n`, at least 1024), and Ray's logs in /tmp/ray/session_latest/logs"
+    )
 
 
 def check_farm_resource(name: str) -> None:

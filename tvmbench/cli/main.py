@@ -8,8 +8,10 @@ sweep says more: that finished jobs are stored and how to resume (tvmbench/cli/s
 Output that cannot be written is no traceback either: a reader that went away (``| head``) ends the
 command quietly (click's own handling, exit 1); a full disk or a failing device under a redirection is one
 line on stderr and exit 1. A path too long for the file system, wherever it was given, is one line and
-exit 2. A terminal or pipe whose encoding is not UTF-8 (``PYTHONIOENCODING=ascii``, a
-Latin-1 locale) gets ASCII look-alikes of the few other characters the tables use (µs is "us").
+exit 2. Any other error of a file tvmbench writes itself (a full disk, a read-only TVMBENCH_HOME, a file
+where its folder should be) is one line naming the file and what to do, exit 1. A terminal or pipe whose
+encoding is not UTF-8 (``PYTHONIOENCODING=ascii``, a Latin-1 locale) gets ASCII look-alikes of the few
+other characters the tables use (µs is "us").
 """
 
 from __future__ import annotations
@@ -79,6 +81,10 @@ def main() -> None:
         if exc.errno == errno.ENAMETOOLONG:  # a path given anywhere (sweep file, model, -o): bad input
             sys.stderr.write(f"error: {_shorten(exc.filename)}: {exc.strerror}; give a shorter path\n")
             raise SystemExit(2) from None
+        if exc.filename is not None:  # a file of tvmbench's own (TVMBENCH_HOME, an artifact, a log), not stdout
+            shown = _shorten(exc.filename, keep=120)  # whole unless absurd: the user must find that file
+            sys.stderr.write(f"error: {shown}: {exc.strerror or exc}; {_advice(exc.errno)}\n")
+            raise SystemExit(1) from None
         if exc.errno not in OUTPUT_ERRNOS:
             raise
         _discard_stdout()
@@ -94,11 +100,28 @@ def main() -> None:
         interrupts.ignore_from_now()
 
 
-def _shorten(name: object) -> str:
-    """The path an OSError names, as one readable line."""
-    from tvmbench.core.printable import shortened
+# What to do about an error of a file tvmbench writes itself; what was stored before it stays stored.
+_FILE_ADVICE = {
+    errno.ENOSPC: "free space on that disk and run the command again (`tvmbench sweep resume ID` finishes a sweep)",
+    errno.EDQUOT: "the disk quota is used up: free space and run the command again",
+    errno.EROFS: "that file system is read-only: point TVMBENCH_HOME (or --db) at a writable folder",
+    errno.EACCES: "no permission there: fix its owner or mode, or point TVMBENCH_HOME at a folder of yours",
+    errno.EPERM: "no permission there: fix its owner or mode, or point TVMBENCH_HOME at a folder of yours",
+    errno.EEXIST: "a file stands where tvmbench keeps a folder: move it out of the way",
+    errno.ENOTDIR: "a file stands where tvmbench keeps a folder: move it out of the way",
+    errno.EISDIR: "a folder stands where tvmbench keeps a file: move it out of the way",
+}
 
-    return shortened(os.fsdecode(name)) if isinstance(name, str | bytes) else "a path"
+
+def _advice(code: int | None) -> str:
+    return _FILE_ADVICE.get(code or 0, "check that path, then run the command again")
+
+
+def _shorten(name: object, keep: int = 30) -> str:
+    """The path an OSError names, as one readable line."""
+    from tvmbench.core.printable import printable, shortened
+
+    return printable(shortened(os.fsdecode(name), keep)) if isinstance(name, str | bytes) else "a path"
 
 
 def _discard_stdout() -> None:
