@@ -269,7 +269,6 @@ def test_interrupts_keep_handlers_puts_ours_back() -> None:
         signal.signal(signal.SIGTERM, before)
 
 
-
 def test_sigterm_while_ray_starts_ends_as_our_sigterm() -> None:
     """Ray's SIGTERM handler, in place while ray.init runs, exits 15 in silence (the hostile user's SIGTERM
     5-7 s into `sweep run`); under keep_handlers that exit is our Terminated: one line, exit 143."""
@@ -292,6 +291,7 @@ def test_sigterm_while_ray_starts_ends_as_our_sigterm() -> None:
         signal.signal(signal.SIGTERM, before)
         interrupts.install()  # forget the SIGTERM for the tests after this one
         signal.signal(signal.SIGTERM, before)
+
 
 _CTRL_C_IN_AN_EXIT_HOOK = """
 import atexit, os, signal, sys
@@ -546,7 +546,6 @@ def test_output_to_a_full_disk_is_one_line_and_a_gone_reader_is_quiet(home: Path
         assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
 
 
-
 def test_a_file_where_tvmbench_keeps_a_folder_is_one_line(tmp_path: Path, home: Path) -> None:
     """TVMBENCH_HOME/artifacts as a file gave a FileExistsError traceback; it is one line naming it, exit 1."""
     onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
@@ -602,6 +601,7 @@ def test_an_artifact_write_that_fails_leaves_no_part_file(tmp_path: Path, monkey
     monkeypatch.undo()
     sha = cache.put(b"a program")  # the disk has room again: the same write succeeds
     assert cache.get(sha) == b"a program"
+
 
 def test_output_in_an_encoding_without_the_names_characters_prints_look_alikes(tmp_path: Path, home: Path) -> None:
     onnx.save(model_zoo.tiny_mlp(), tmp_path / "mlp.onnx")
