@@ -35,6 +35,7 @@ import os
 import platform
 import socket
 import sys
+from typing import Any
 
 try:  # run as a script from its folder (on a board), or imported as part of the package (tests)
     import board_state  # type: ignore[import-not-found]
@@ -292,6 +293,26 @@ def survive_session_crashes() -> None:
     server._serving = _serving
 
 
+def keep_looking_for_the_tracker() -> None:
+    """Make TVM's RPC server wait for its tracker however long it is gone.
+
+    TVM 0.27's listen loop reconnects through ``base.connect_with_retry``, which gives up after 60 s with a
+    RuntimeError that ends the listen thread and with it the agent: a tracker restarted after a minute
+    found no boards (``farm status``: not running). Here it retries every 5 s until the tracker is back.
+    """
+    from tvm.rpc import base
+
+    give_up = base.connect_with_retry
+    if getattr(give_up, "keeps_looking", False):
+        return
+
+    def connect_with_retry(addr: Any, timeout: float = 60, retry_period: float = 5) -> Any:
+        return give_up(addr, timeout=float("inf"), retry_period=retry_period)
+
+    connect_with_retry.keeps_looking = True  # type: ignore[attr-defined]
+    base.connect_with_retry = connect_with_retry
+
+
 def _terminate_tree(pid: int) -> None:
     """SIGTERM a session process and its children (psutil when present, as TVM does)."""
     import signal
@@ -325,6 +346,7 @@ def serve(tracker: str | None, key: str, host: str, port: int, port_end: int, em
     # worker) so that an interpreter started under qemu -L keeps its loader prefix.
     register_functions(key, port, emulated)
     survive_session_crashes()
+    keep_looking_for_the_tracker()
     state = PopenRPCServerState(host, port, port_end, tracker_addr=tracker_addr, key=key, silent=True)
     print(f"board agent: key={key} listening on {host}:{state.port} tracker={tracker}", flush=True)
     state.thread.join()
