@@ -293,3 +293,32 @@ def test_sweep_run_of_a_sweep_another_driver_runs_is_one_line_before_anything_st
         store.close()
     finally:
         driver.stop()
+
+
+def test_two_drivers_started_together_on_one_machine_refuse_the_second_before_its_farm(
+    tmp_path: Path, home: Path
+) -> None:
+    """Two `sweep run` of one file started within the same second: the second used to start a farm and Ray
+    (18 s) before the database, where the first had not claimed the sweep yet, refused it. The first holds
+    the machine's lock on the sweep from its first step: the second is refused at once, nothing started."""
+    import fcntl
+
+    import onnx
+
+    from orchestrator.spec import load_spec
+    from tests.conftest import one_error_line, write_sweep
+    from workers import model_zoo
+
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "mlp.onnx")
+    sweep = write_sweep(tmp_path, '[[models]]\npath = "mlp.onnx"\n')
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    sweep_id = load_spec(sweep).sweep_id
+    (home / "run").mkdir(parents=True, exist_ok=True)
+    # What the first driver holds before it writes anything (orchestrator/scheduling/run.driving).
+    with open(home / "run" / f"sweep-{sweep_id}.lock", "a") as first:
+        fcntl.flock(first, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = CliRunner().invoke(app, ["sweep", "run", str(sweep), "--db", url])
+    line = one_error_line(result, exit_code=1)
+    assert f"sweep {sweep_id} is already being run by another process on this machine" in line, line
+    assert "farm" not in result.output.replace(line, ""), result.output
+    assert not list((home / "run").glob("ephemeral-farm-*.json")), "no farm was started"

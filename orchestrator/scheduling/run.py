@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from db.store import ResultStore
@@ -217,6 +218,53 @@ def execute_sweep(
     first missing one). FarmError when the farm cannot be started or ``farm_resource`` is offered by no Ray node.
     """
     cache = ArtifactCache(home / "artifacts")
+    with driving(home, spec.sweep_id):
+        return _execute(
+            spec, store, home, cache, tracker, ray_address, boards, farm_resource, progress, note, reopen_cancelled,
+            provision,
+        )  # fmt: skip
+
+
+@contextmanager
+def driving(home: Path, sweep_id: str) -> Iterator[None]:
+    """This process drives ``sweep_id`` on this machine until the block ends: an flock on
+    TVMBENCH_HOME/run/sweep-ID.lock (the kernel lets go when the process dies, kill -9 included).
+
+    The database refuses a second driver once the first has written its claim (begin_sweep), which is after
+    the farm and Ray start: two `sweep run` started within the same seconds both started a farm before
+    one was refused. The lock refuses the second at once; drivers on other machines meet the database's.
+    """
+    import fcntl
+
+    from db.writes import SweepBusy
+
+    folder = home / "run"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"sweep-{sweep_id}.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SweepBusy(
+                f"sweep {sweep_id} is already being run by another process on this machine: wait for it "
+                f"(`tvmbench results sweeps` shows it running), or stop it with `tvmbench sweep cancel {sweep_id}`"
+            ) from None
+        yield
+
+
+def _execute(
+    spec: SweepSpec,
+    store: ResultStore,
+    home: Path,
+    cache: ArtifactCache,
+    tracker: str | None,
+    ray_address: str | None,
+    boards: int,
+    farm_resource: str | None,
+    progress: ProgressFn | None,
+    note: farm.Note,
+    reopen_cancelled: bool,
+    provision: bool,
+) -> SweepOutcome:
     store.refuse_a_second_driver(spec.sweep_id)  # before the farm and Ray start, not after
     if nothing_left(spec, store, reopen_cancelled):
         return run_sweep(  # no toolchain asked for: nothing is built
