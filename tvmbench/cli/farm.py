@@ -125,8 +125,10 @@ def farm_up(
     if port is not None:
         check_range("--port", port, 0, 65536)  # 0: a free one, like the default
     call(checked_board_key, "--key", key)  # as `farm add --key` and sweep files: one line, exit 2
-    _check_listen(host, port or 0)
     native, emulated = _split_board_kinds(board or [], key)
+    if boards == 0 and not native and not emulated:  # bad input like any option out of range: exit 2
+        fail("--boards 0 starts no board: give --boards 1 or more, or --board KIND", code=INVALID)
+    _check_listen(host, port or 0)
     toolchains = _toolchains(tvm) if tvm else None
     count = max(boards, 1) if native else boards
     local = call(farm.up, home(), {key: count}, emulated, host=host, port=port, note=note, toolchains=toolchains)
@@ -144,7 +146,7 @@ def farm_status(as_json: JsonOpt = False) -> None:
 
     from workers.toolchains.boards import installed_version
 
-    state = farm.read_state(home())
+    state = call(farm.read_state, home())  # a damaged farm.json: one line naming it, exit 1
     if state is None:
         fail("no farm configured: `tvmbench farm up` starts a local one, `tvmbench farm connect HOST:PORT` uses yours")
         return
@@ -218,9 +220,19 @@ def _tracker_problem(state: dict[str, Any]) -> str | None:
 
 
 @app.command("down")
-def farm_down() -> None:
+def farm_down(
+    force: Annotated[
+        bool, typer.Option("--force", help="Remove a damaged farm.json (processes it recorded are not stopped).")
+    ] = False,
+) -> None:
     """Stop the farm `farm up` started, or forget the one `farm connect` recorded."""
-    tracker = farm.down(home())
+    tracker = call(farm.down, home(), force)
+    if tracker == "":  # --force removed a farm.json that could not say which processes to stop
+        console.print(
+            f"removed the damaged {farm.state_file(home())}; a tracker or boards it recorded were not stopped "
+            f"(their logs are in {home() / 'logs' / 'farm'})"
+        )
+        return
     console.print(f"farm at {tracker} stopped" if tracker else "no farm configured")
 
 
@@ -234,11 +246,8 @@ def farm_connect(address: str) -> None:
         parse_addr(address)
     except ValueError as exc:
         fail(f"{exc}: give a port in 1-65535, e.g. 127.0.0.1:9190 or [::1]:9190", code=INVALID)
-    where = home()
-    if farm.read_state(where):
-        fail("a farm is already configured; run `tvmbench farm down` first")
-    try:
-        summary = farm.connect(where, address)
+    try:  # a farm already configured, or a damaged farm.json: refused under the farm lock, one line
+        summary = farm.connect(home(), address)
     except (farm.FarmError, ValueError) as exc:
         fail(str(exc))
     keys = (
@@ -279,7 +288,7 @@ def farm_list(
     from tvmbench.answers import query
 
     tables(wide, only, tsv, as_json)
-    address = tracker or farm.configured_tracker(home())
+    address = tracker or call(farm.configured_tracker, home())  # a damaged farm.json: one line, exit 1
     if not address:
         fail("no farm configured: `tvmbench farm up` starts a local one, `tvmbench farm connect HOST:PORT` uses yours")
     known = {b.id: b for b in query.boards(open_store(db, read_only=True))}
