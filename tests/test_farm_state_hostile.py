@@ -1,7 +1,8 @@
 """What a hostile user did to farm.json (TVMBENCH_HOME/farm.json, orchestrator/farm/state.py): two `farm up` or
 two `farm add` at once (each wrote what it had read: a farm or a board went unrecorded and ran on with nothing
 able to stop it), a full disk under `farm up`/`farm add` (a 0-byte farm.json, an orphaned farm), farm.json files
-that are no farm (a traceback in every command), and `farm up --boards 0` (exit 1, not 2).
+that are no farm (a traceback in every command), `farm up --boards 0` (exit 1, not 2), and a board request to
+a tracker that is gone (reported as "no board with key ... is registered").
 
 Real trackers and boards on loopback: the concurrent commands are real `tvmbench` processes with a fresh
 TVMBENCH_HOME; the full disk is simulated in-process (the open of farm.json's file gives a writer that fails
@@ -17,6 +18,7 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,9 +27,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator.farm import FarmError, LocalFarm, farm_for_run, wait_until
+from orchestrator.farm import LOOPBACK, FarmError, LocalFarm, farm_for_run, free_port, stop_pid, wait_until
+from orchestrator.farm.processes import _spawn, _tracker_cmd
 from tests.conftest import one_error_line
 from tests.test_hostile_user import invoke
+from workers.tracker_client import NoBoardRegistered, TrackerUnreachable, request_session, tracker_summary
 
 TVMBENCH = str(Path(sys.executable).with_name("tvmbench"))
 WAIT_S = 120.0  # the most any one command here may take on a busy machine
@@ -288,3 +292,32 @@ def test_farm_up_with_no_boards_is_bad_input_naming_boards(farm_home: Path) -> N
     line = one_error_line(invoke("farm", "up", "--boards", "0"), exit_code=2)
     assert "--boards" in line, line
     assert not (farm_home / "farm.json").exists() and _started_under(farm_home) == []
+
+
+# --- 3. a board request to a tracker that is not there ------------------------------------------------
+
+
+def test_a_board_request_to_a_dead_tracker_says_the_tracker_is_not_answering(tmp_path: Path) -> None:
+    """The tracker gone (killed, `farm down`) is not "no board registered": the error names the address and
+    `farm up`; it stays a NoBoardRegistered, so the job is still parked pending-device for `sweep resume`."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # a port nothing listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{sock.getsockname()[1]}"
+    with pytest.raises(TrackerUnreachable) as caught:
+        request_session(address, "host", deadline_s=1.0, session_timeout_s=5)
+    message = str(caught.value)
+    assert f"the tracker at {address} is not answering" in message and "`tvmbench farm up`" in message, message
+    assert isinstance(caught.value, NoBoardRegistered)
+
+
+def test_a_tracker_that_answers_with_no_board_of_the_key_is_still_no_board_registered(tmp_path: Path) -> None:
+    port = free_port(LOOPBACK)
+    tracker = _spawn(_tracker_cmd(LOOPBACK, port), tmp_path / "tracker.log")
+    address = f"{LOOPBACK}:{port}"
+    try:
+        wait_until(lambda: tracker_summary(address, timeout_s=2), WAIT_S, f"the tracker on {address}")
+        with pytest.raises(NoBoardRegistered) as caught:
+            request_session(address, "host", deadline_s=1.0, session_timeout_s=5, registration_wait_s=0.5)
+        assert not isinstance(caught.value, TrackerUnreachable), caught.value
+    finally:
+        stop_pid(tracker.pid)

@@ -37,6 +37,18 @@ class NoBoardRegistered(RuntimeError):
     """The tracker knows no board of the key at all."""
 
 
+class TrackerUnreachable(NoBoardRegistered):
+    """No tracker answered at the address when the wait ended (refused, killed, `farm down`): the message says
+    so and what to run. A NoBoardRegistered, so that callers that park a job as pending-device (resumed once a
+    tracker with boards answers) keep doing so; those that word their own message can tell it apart."""
+
+    def __init__(self, tracker: str, error: BaseException) -> None:
+        super().__init__(
+            f"the tracker at {tracker} is not answering ({error}): start it (`tvmbench farm up` for a local farm) "
+            f"or check that it runs (`tvmbench farm list --tracker {tracker}`)"
+        )
+
+
 @dataclass(frozen=True)
 class Session:
     """An RPC session on one board; the board is busy until the last reference to ``remote`` goes."""
@@ -193,6 +205,8 @@ def request_session(
     wait_registration = deadline_s if registration_wait_s is None else min(registration_wait_s, deadline_s)
     held: list[Session] = []
     seen_board = False
+    # Why the last attempt to reach the tracker failed, None once it answers: what the deadline reports.
+    unreachable: OSError | None = None
     try:
         while True:
             remaining = deadline - time.monotonic()
@@ -201,10 +215,14 @@ def request_session(
                 if fallback is not None:
                     held.remove(fallback)
                     return fallback
+                if unreachable is not None:  # not "no board registered": nothing answered to ask
+                    raise TrackerUnreachable(tracker, unreachable)
                 raise DeviceUnavailable(key) if seen_board else NoBoardRegistered(key)
             try:
                 boards = key_boards(tracker_summary(tracker, timeout_s=min(10.0, remaining)), key)
-            except OSError:  # the tracker is restarting: ask again until the deadline
+                unreachable = None
+            except OSError as exc:  # the tracker is restarting: ask again until the deadline
+                unreachable = exc
                 time.sleep(min(0.5, max(remaining, 0)))
                 continue
             if not boards:
@@ -227,7 +245,8 @@ def request_session(
             except DeviceUnavailable:
                 continue  # the deadline has passed: the top of the loop decides
             except Exception:
-                # Tracker dropped the request (restart) or matched a board that just died.
+                # Tracker dropped the request (restart) or matched a board that just died. Only a summary
+                # says whether the tracker answers: a dead board's refusal must not read as the tracker's.
                 time.sleep(min(0.5, max(deadline - time.monotonic(), 0)))
                 continue
             if session.board_id in avoid or session.board_id in prefer_not:
