@@ -6,14 +6,21 @@ acknowledged survives a crash of the orchestrator. PostgreSQL connections give u
 unless the URL (or PGCONNECT_TIMEOUT) says otherwise.
 
 Every engine turns a damaged database (SQLite's "database disk image is malformed", text that is not
-UTF-8, PostgreSQL's data_corrupted) and a server that never answers into a StoreError naming the
-database and what to do, wherever the read or write that met it runs.
+UTF-8, PostgreSQL's data_corrupted), a full disk and a server that never answers into a StoreError
+naming the database and what to do, wherever the read or write that met it runs.
+
+A new SQLite database is made all at once (``create_sqlite``): built in a temporary file beside it and
+published complete, so a creation killed midway leaves no file rather than a half-made schema.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import secrets
+import shutil
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +43,9 @@ CONNECT_TIMEOUT_S = 10
 _READ_ONLY_OPTION = "-c default_transaction_read_only=on"
 BUSY_TIMEOUT_S = 30  # how long a SQLite connection waits for another's lock before "database is locked"
 _SQLITE_CORRUPT = 11  # SQLite's primary result code for a damaged file (extended codes keep it in the low byte)
+_SQLITE_FULL = 13  # SQLite's primary result code for "database or disk is full"
+_SQLITE_READONLY_DBMOVED = 8 | (4 << 8)  # the file was unlinked or renamed under an open connection
+_PG_DISK_FULL = "53100"  # SQLSTATE disk_full
 _PG_CORRUPTED = ("XX001", "XX002")  # SQLSTATE data_corrupted, index_corrupted
 _UTF8_COLUMN = re.compile(r"Could not decode to UTF-8 column '([^']*)'")
 
@@ -50,6 +60,22 @@ class DamagedDatabase(StoreError):
 
 class DatabaseLocked(StoreError):
     """Another program held the SQLite file's lock for longer than the busy timeout."""
+
+
+class DiskFull(StoreError):
+    """The disk holding the database is full: the write that met it was rolled back, what was stored stays.
+
+    ``problem`` says which database and disk; ``then`` what to run once there is space (a sweep's driver
+    says `sweep resume ID`: db/store.py knows the sweep, the engine does not).
+    """
+
+    def __init__(self, problem: str, then: str = "run the command again") -> None:
+        self.problem, self.then = problem, then
+        super().__init__(f"{problem}: free space there, then {then}")
+
+
+class DatabaseGone(StoreError):
+    """The SQLite file was deleted or replaced while it was open: writes went to a file no path names."""
 
 
 def default_home() -> Path:
@@ -136,16 +162,16 @@ def refuse_in_memory(given: str | None) -> None:
         )
 
 
-def make_engine(url: str, *, read_only: bool = False) -> Engine:
+def make_engine(url: str, *, read_only: bool = False, shown_as: Path | None = None) -> Engine:
     """An engine with the per-backend settings that make writes durable and concurrent.
 
     ``read_only``: SQLite opens the file read-only (``mode=ro``), or as immutable where its folder is
     not writable (a read-only mount: SQLite could not create the WAL index there, and nobody can write);
     PostgreSQL sessions start with ``default_transaction_read_only`` (ResultStore asks for that only
-    with ``never_write``).
+    with ``never_write``). ``shown_as``: the path errors name (a new database is built in a temporary file).
     """
     engine = _make_engine(url, read_only)
-    _name_failures(engine, url)
+    _name_failures(engine, url, shown_as)
     return engine
 
 
@@ -206,10 +232,13 @@ def postgres_connect_args(url: str, *, read_only: bool = False) -> dict[str, Any
     return args
 
 
-def _name_failures(engine: Engine, url: str) -> None:
-    """Raise StoreError, naming the database, for a damaged one and a server that never answered."""
+def _name_failures(engine: Engine, url: str, shown_as: Path | None = None) -> None:
+    """Raise StoreError, naming the database, for a damaged one, a full disk, a deleted file and a server
+    that never answered."""
     parsed = make_url(url)
     path = sqlite_path(url)
+    if shown_as is not None:
+        path = shown_as
     shown = str(path) if path is not None else parsed.render_as_string(hide_password=True)
 
     @event.listens_for(engine, "handle_error")
@@ -231,6 +260,14 @@ def _name_failures(engine: Engine, url: str) -> None:
                 "program's open transaction (a sqlite3 shell, a database browser) and run the command again; "
                 "nothing stored was changed"
             ) from None
+        if _is_disk_full(exc):
+            # The transaction was rolled back: what earlier ones stored is intact (a traceback said nothing).
+            raise DiskFull(f"results database {shown}: {_full_disk(path)}") from None
+        if path is not None and getattr(exc, "sqlite_errorcode", None) == _SQLITE_READONLY_DBMOVED:
+            raise DatabaseGone(
+                f"results database {shown} was deleted or moved while this command had it open: what it wrote "
+                "since is not in it; run the command again"
+            ) from None
         timed_out = type(exc).__name__ == "ConnectionTimeout" or "timeout expired" in str(exc)
         if timed_out and parsed.get_backend_name() == "postgresql":
             address = f"{parsed.host or 'localhost'}:{parsed.port or 5432}"
@@ -251,6 +288,30 @@ def damage_of(exc: BaseException) -> str | None:
     if getattr(exc, "sqlstate", None) in _PG_CORRUPTED:
         return one_line(exc)
     return None
+
+
+def _is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is a driver's "the disk is full" (SQLite's SQLITE_FULL, PostgreSQL's disk_full)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF == _SQLITE_FULL:
+        return True
+    return getattr(exc, "sqlstate", None) == _PG_DISK_FULL or "database or disk is full" in str(exc)
+
+
+def _full_disk(path: Path | None) -> str:
+    """Which disk is full, in words: the file system holding ``path`` and what it has free."""
+    if path is None:  # PostgreSQL: the server's disk, which this machine cannot see
+        return "the database server's disk is full"
+    folder = path.parent.absolute()
+    mount = folder
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    try:
+        free = f", {shutil.disk_usage(folder).free // 1024} KiB free"
+    except OSError:
+        free = ""
+    holds = "" if mount == folder else f", which holds {folder}"
+    return f"the disk is full (the file system mounted at {mount}{holds}{free})"
 
 
 def _connect_timeout(query: Any) -> str:
@@ -323,6 +384,127 @@ def current_revision(conn: Connection) -> str | None:
     return rows[0] if rows else None
 
 
+#: What a half-made schema is and what to do: `db upgrade` would fail on it ("table boards already exists").
+HALF_MADE = (
+    "its tvmbench tables exist but are all empty and it records no schema revision: an older tvmbench was "
+    "stopped while creating it (they made a new database in place, not all at once); delete the file (it "
+    "holds nothing) and run the command again"
+)
+
+
+def half_made(conn: Connection) -> bool:
+    """Whether a SQLite database with no revision holds only tvmbench's tables, at least one, all empty.
+
+    An older tvmbench built a new database in place, and SQLite commits each CREATE TABLE by itself
+    (pysqlite opens no transaction for DDL): a creation killed midway left such a file. A database
+    with a row anywhere, or a table of another program, is never taken for one.
+    """
+    if conn.dialect.name != "sqlite":  # PostgreSQL migrates in one transaction: nothing is left half made
+        return False
+    from db.models import Base  # the tables' names; imported here, where only a schema-less file is asked
+
+    names = set(conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'").scalars())
+    ours = set(Base.metadata.tables) | {"alembic_version"}
+    # _alembic_tmp_*: the copy a batch migration (render_as_batch) makes while it rebuilds a table.
+    if not names - {"alembic_version"} or not all(n in ours or n.startswith("_alembic_tmp_") for n in names):
+        return False
+    for name in names:
+        quoted = '"' + name.replace('"', '""') + '"'
+        if conn.exec_driver_sql(f"SELECT 1 FROM {quoted} LIMIT 1").first() is not None:
+            return False
+    return True
+
+
+# --- creating a new SQLite database all at once ----------------------------------------------------
+
+#: A new database is built under this name in its folder, then published (db/engine.py create_sqlite).
+_CREATING = ".tvmbench-creating"
+# host tag, pid, random; "-wal", "-shm", "-journal": SQLite's files beside it.
+_CREATING_NAME = re.compile(r"^\.tvmbench-creating-([0-9a-f]{8})-(\d+)-[0-9a-f]{8}\.db(-wal|-shm|-journal)?$")
+
+
+def create_sqlite(path: Path) -> bool:
+    """Make the SQLite database ``path`` at the newest schema, all or nothing; True when this call made it.
+
+    False, having made nothing, when a file is there already or another process published one first
+    (theirs is the database), and where the file system has no hard links (then the caller migrates in
+    place, as before). The schema is built in a temporary file in the same folder (upgraded to head, its
+    WAL checkpointed into it, closed), then published with ``os.link``, which creates ``path`` only if
+    nothing is there: a creation killed midway (kill -9, Ctrl-C, a full disk) leaves no ``path`` at all,
+    never a half-made schema that every later command trips over. ``os.replace`` would be atomic too,
+    but would replace a database someone else created, and may already be writing to, meanwhile.
+    """
+    if path.exists():
+        return False
+    folder = path.parent
+    _remove_leftovers(folder)
+    temp = folder / f"{_CREATING}-{_host_tag()}-{os.getpid()}-{secrets.token_hex(4)}.db"
+    try:
+        engine = make_engine(f"sqlite:///{temp}", shown_as=path)
+        try:
+            upgrade(engine)
+            with engine.connect() as conn:  # everything into the file itself: its WAL is not published
+                conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            engine.dispose()
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            return False  # another process published first: its database is the one to open
+        except OSError:
+            return False  # no hard links here (some FUSE or FAT mounts): created in place, as before
+        _sync_folder(folder)
+        return True
+    finally:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(f"{temp}{suffix}").unlink(missing_ok=True)
+
+
+def _host_tag() -> str:
+    """This host, in 8 hex digits: a leftover's pid means something only on the host that made it."""
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def _remove_leftovers(folder: Path) -> None:
+    """Remove temporary files of creations that this host's processes started and did not finish
+    (their process is gone: killed). Another host's, or a live process's, are left alone."""
+    tag = _host_tag()
+    try:
+        names = [p.name for p in folder.iterdir() if p.name.startswith(_CREATING)]
+    except OSError:
+        return
+    for name in names:
+        found = _CREATING_NAME.match(name)
+        if found is None or found.group(1) != tag or _alive(int(found.group(2))):
+            continue
+        # A leftover killed after publishing is a second name of the database: removing it removes a name.
+        (folder / name).unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: another user's process, alive
+        return True
+    return True
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make the new name durable (a crash right after publishing must not lose it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on a folder; the link is there all the same
+        pass
+    finally:
+        os.close(fd)
+
+
 def upgrade(engine: Engine) -> None:
     """Bring the schema to the newest migration (alembic upgrade head)."""
     from alembic import command
@@ -344,9 +526,13 @@ def upgrade_if_behind(engine: Engine) -> str | None:
     returns the revision the database was at before (None: it held no tvmbench schema)."""
     with engine.connect() as conn:
         current = current_revision(conn)
+        left_half_made = current is None and half_made(conn)
+    shown = engine.url.render_as_string(hide_password=True)
+    if left_half_made:  # alembic would fail on its first CREATE TABLE ("table boards already exists")
+        raise StoreError(f"results database {sqlite_path(shown) or shown}: {HALF_MADE}")
     newer = newer_schema(current)
     if newer:
-        raise StoreError(f"results database {engine.url.render_as_string(hide_password=True)}: {newer}")
+        raise StoreError(f"results database {shown}: {newer}")
     if current != head_revision():
         upgrade(engine)
     return current
@@ -358,8 +544,11 @@ def schema_problem(engine: Engine, shown: str = "...") -> str | None:
     head = head_revision()
     with engine.connect() as conn:
         current = current_revision(conn)
+        left_half_made = current is None and half_made(conn)
     if current == head:
         return None
+    if left_half_made:
+        return HALF_MADE
     if current is None:
         return (
             "it is not a tvmbench database (it holds no tvmbench schema: empty, or another program's); give the "

@@ -12,6 +12,7 @@ row per job.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,10 +27,13 @@ from db.engine import (  # noqa: F401  (re-exported: callers import these from d
     MIGRATIONS,
     READ_THREADS,
     SUPPORTED_BACKENDS,
+    DatabaseGone,
     DatabaseLocked,
+    DiskFull,
     StoreError,
     check_backend,
     check_sqlite_path,
+    create_sqlite,
     default_home,
     default_url,
     ensure_home,
@@ -88,6 +92,9 @@ class ResultStore:
         self._job_ids: dict[tuple[str, str], int] = {}
         self.read_only = read_only or never_write
         self.revision_before: str | None = None  # the schema revision found on opening, before migrating
+        self._path = path.absolute() if path is not None else None  # the file opened, wherever cwd goes
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the SQLite file a writer opened
+        self._sweep_id: str | None = None  # the sweep this store recorded (begin_sweep): what errors advise
         try:
             if read_only and not never_write and missing == "empty" and path is not None and not path.exists():
                 # Nothing stored yet: an empty database with the tables as the models describe them (no alembic).
@@ -99,15 +106,51 @@ class ResultStore:
             else:
                 self.engine = make_engine(self.url)
                 if migrate:
-                    self.revision_before = self._retry(lambda: upgrade_if_behind(self.engine))
+                    self.revision_before = self._retry(self._create_or_upgrade)
+                if path is not None and path.exists():
+                    self._identity = _identity(path)
         except SQLAlchemyError as exc:
             # The driver's own words (refused, unknown role, wrong password), as the one error every caller
             # of the store handles (the CLI, the Python API, the dashboard); never with the password.
             raise StoreError(redact(f"results database {shown_url(self.url)}: {one_line(exc)}", self.url)) from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
+    def _create_or_upgrade(self) -> str | None:
+        """A new SQLite file is created all at once (db/engine.py create_sqlite); any other database is
+        migrated in place. The revision it was at before (None: this made its schema)."""
+        path = sqlite_path(self.url)
+        if path is not None and create_sqlite(path):
+            return None
+        return upgrade_if_behind(self.engine)
+
     def close(self) -> None:
         self.engine.dispose()
+
+    def check_same_file(self) -> None:
+        """DatabaseGone when the SQLite file this store writes is no longer the one at its path.
+
+        Deleting the file (and its -wal and -shm) while a sweep runs does not stop SQLite: the open
+        connection goes on writing to a file no path names, and everything is lost when it closes.
+        """
+        if self._identity is None or self._path is None:
+            return
+        try:
+            now: tuple[int, int] | None = _identity(self._path)
+        except OSError:
+            now = None
+        if now != self._identity:
+            raise self._gone()
+
+    def _gone(self) -> DatabaseGone:
+        if self._sweep_id is not None:
+            return DatabaseGone(
+                f"results database {self._path} was deleted or replaced while the sweep ran: its results are "
+                "not in it; run the sweep again"
+            )
+        return DatabaseGone(
+            f"results database {self._path} was deleted or replaced while this command ran: what it wrote is "
+            "not in it; run the command again"
+        )
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -149,7 +192,18 @@ class ResultStore:
             with self._tx() as session:
                 return fn(session)
 
-        return self._retry(attempt)
+        try:
+            done = self._retry(attempt)
+        except DiskFull as exc:
+            if self._sweep_id is None:
+                raise
+            then = f"`tvmbench sweep resume {self._sweep_id}` runs the jobs not stored yet"
+            raise DiskFull(exc.problem, then) from None
+        except DatabaseGone:
+            raise self._gone() from None
+        # Committed, but to the file that was opened: a result counts as stored only if that is still the one.
+        self.check_same_file()
+        return done
 
     def _read(self, fn: Callable[[Session], T]) -> T:
         """``fn`` on a session of its own (no transaction kept, nothing committed)."""
@@ -197,7 +251,7 @@ class ResultStore:
         This process becomes the sweep's driver: its host, pid and a first heartbeat go on the row.
         """
         given = {"name": name, "label": label, "source": source, "source_path": source_path, "jobs": jobs}
-        return self._write(
+        new = self._write(
             lambda s: writes.begin_sweep(
                 s,
                 sweep_id,
@@ -208,6 +262,8 @@ class ResultStore:
                 job_ids=self._job_ids,
             )
         )
+        self._sweep_id = sweep_id  # recorded: from now on a failed write can say `sweep resume`
+        return new
 
     def refuse_a_second_driver(self, sweep_id: str) -> None:
         """SweepBusy if another live process drives the sweep (begin_sweep checks again, in its transaction)."""
@@ -375,3 +431,9 @@ class ResultStore:
     def tuning_scopes(self) -> list[dict[str, Any]]:
         """One row per scope in the database: target, board key, TVM, equality, workloads and records."""
         return self._read(tuning_records.scopes)
+
+
+def _identity(path: os.PathLike[str] | str) -> tuple[int, int]:
+    """The file at ``path`` as the file system knows it (device, inode): another file there differs."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino

@@ -157,14 +157,14 @@ def open_store(db: str | None, read_only: bool = False) -> ResultStore:
     tvmbench database and an older schema are each one line; a database it cannot write (a read-only
     mount) works; a SQLite file that does not exist yet (a fresh machine) reads as an empty database.
     """
-    from db.engine import DatabaseLocked, refuse_in_memory
+    from db.engine import DatabaseLocked, DiskFull, refuse_in_memory
     from db.store import ResultStore, StoreError
     from tvmbench.core.errors import one_line
 
     try:
         refuse_in_memory(db)
         return ResultStore(db, read_only=read_only, missing="empty")
-    except DatabaseLocked as exc:  # not bad input: the same command works once the other program lets go
+    except (DatabaseLocked, DiskFull) as exc:  # not bad input: the same command works once the lock or space is freed
         fail(str(exc), code=1)
         raise  # unreachable: fail exits
     except StoreError as exc:
@@ -215,6 +215,8 @@ _LIBRARY_FAILURES = (
     ("db.writes", "SweepBusy", 1),  # another live driver runs the sweep
     ("db.engine", "DamagedDatabase", 2),  # met by a query after the open's check (a page deep in a table)
     ("db.engine", "DatabaseLocked", 1),  # another program's transaction outlasted the busy timeout
+    ("db.engine", "DiskFull", 1),  # the database's disk filled up: what was stored stays, the rest resumes
+    ("db.engine", "DatabaseGone", 1),  # the SQLite file was deleted or replaced under an open store
     ("orchestrator.submit", "SubmitError", 1),
 )
 

@@ -34,6 +34,7 @@ from tvmbench.cli.common import (
 from tvmbench.cli.lazy import lazy
 
 if TYPE_CHECKING:  # the orchestrator (Ray, TVM, onnx) loads inside the commands that run it
+    from db.store import ResultStore
     from orchestrator.spec import SweepSpec
 
 columns = lazy("tvmbench.answers.columns")
@@ -250,10 +251,11 @@ def _execute(
                 raise
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (orchestrator/interrupts.py): the same cleanup ran
         fail(
-            f"interrupted ({interrupts.signal_name(exc)}): finished jobs are stored; "
-            f"`tvmbench sweep resume {spec.sweep_id}` runs the rest",
+            f"interrupted ({interrupts.signal_name(exc)}){_after_interrupt(store, spec.sweep_id)}",
             interrupts.exit_code(exc),
         )
+    # Every write checked its file, but a deletion after the last one would still lose the sweep unsaid.
+    call(store.check_same_file)
     rows = query.results(store, spec.sweep_id)
     if as_json:
         print_json({"sweep_id": spec.sweep_id, "outcome": outcome.summary(), "results": rows})
@@ -264,6 +266,23 @@ def _execute(
         raise typer.Exit(3)
     if any(status != "ok" for status in outcome.statuses):
         raise typer.Exit(1)
+
+
+def _after_interrupt(store: ResultStore, sweep_id: str) -> str:
+    """What an interrupted sweep left, in words, after "interrupted (Ctrl-C)": `sweep resume` helps only
+    once the sweep is recorded (a Ctrl-C while the farm or Ray starts comes before that: no sweep to resume)."""
+    from db.engine import DatabaseGone
+
+    try:
+        store.check_same_file()
+        recorded = store.sweep_status(sweep_id) is not None
+    except DatabaseGone as exc:
+        return f": {exc}"
+    except Exception:  # the database cannot say: the advice of a recorded sweep, as before
+        recorded = True
+    if not recorded:
+        return " before the sweep was recorded: nothing is stored; run it again"
+    return f": finished jobs are stored; `tvmbench sweep resume {sweep_id}` runs the rest"
 
 
 @app.command("run")
