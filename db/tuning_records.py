@@ -101,15 +101,20 @@ def commit_record(s: Session, workload_id: int, record_json: list[Any], *, sourc
     return insert_ignore(s, m.TuningRecord, values, ["workload_id", "record_hash"])
 
 
-def top_k(s: Session, workload_id: int, k: int) -> list[m.TuningRecord]:
-    """The ``k`` fastest valid records of a workload, fastest first (ties: oldest first, as MS)."""
-    stmt = (
-        select(m.TuningRecord)
-        .where(m.TuningRecord.workload_id == workload_id, m.TuningRecord.valid.is_(True))
-        .order_by(m.TuningRecord.mean_run_s, m.TuningRecord.id)
-        .limit(k)
-    )
-    return list(s.scalars(stmt))
+def top_k(s: Session, workload_id: int, k: int, first_n: int | None = None) -> list[m.TuningRecord]:
+    """The ``k`` fastest valid records of a workload, fastest first (ties: oldest first, as MS).
+
+    ``first_n``: only among the workload's first ``first_n`` records in store order (id ascending, failed
+    trials included): what a fixed budget of that many trials stored, whatever was tuned after it.
+    """
+    r = m.TuningRecord
+    if first_n is not None and first_n <= 0:
+        return []
+    stmt = select(r).where(r.workload_id == workload_id, r.valid.is_(True))
+    if first_n is not None:
+        first = select(r.id).where(r.workload_id == workload_id).order_by(r.id).limit(first_n)
+        stmt = stmt.where(r.id.in_(first))
+    return list(s.scalars(stmt.order_by(r.mean_run_s, r.id).limit(k)))
 
 
 def records_with_workloads(

@@ -16,13 +16,15 @@ carry no target or board, so the scope is what keeps a Raspberry Pi's records fr
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import MemoryDatabase, PyDatabase, TuningRecord, Workload
 from tvm.s_tir.meta_schedule.database.database import _PyDatabase
 
-from tvmbench.core.records import TuningScope
+from tvmbench.core.records import MS_FAILED_RUN_S, TuningScope
 
 if TYPE_CHECKING:
     from tvm.ir import IRModule
@@ -223,14 +225,28 @@ class SqlTuningDatabase(_PyDatabaseBase):
 
     def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
         """The ``top_k`` fastest valid records of ``workload``, fastest first."""
+        return self.top_k_of_first(workload, top_k, None)
+
+    def top_k_of_first(self, workload: Workload, top_k: int, first_n: int | None) -> list[TuningRecord]:
+        """``get_top_k`` among the first ``first_n`` records of ``workload`` in store order (None: all).
+
+        In SQL, so a fixed budget's view (``BudgetView``) rebuilds only the records it returns.
+        """
+        from db import tuning_records
+
         if top_k < 0:
             raise ValueError("top_k must be non-negative")
-        if top_k == 0:
+        if top_k == 0 or (first_n is not None and first_n <= 0):
             return []
         row_id = self.workload_row_id(workload)
         known = self._known(workload=workload) or self._known(shash=str(workload.as_json()[0]))
         obj = known[0] if known else workload
-        return [self._record(row, obj) for row in self.store.tuning_top_k(row_id, top_k)]
+        if first_n is None:
+            rows = self.store.tuning_top_k(row_id, top_k)
+        else:
+            with self.store.read() as session:
+                rows = tuning_records.top_k(session, row_id, top_k, first_n)
+        return [self._record(row, obj) for row in rows]
 
     def get_all_tuning_records(self) -> list[TuningRecord]:
         """Every record of this scope, valid or not, per workload fastest first."""
@@ -268,6 +284,130 @@ class SqlTuningDatabase(_PyDatabaseBase):
             obj = self._workload_object(wl)
             out.append((obj, wl.workload_hash, [self._record(row, obj) for row in rows]))
         return out
+
+
+def _mean_if_valid(trace: Any, run_secs: Any) -> float | None:
+    """Mean run seconds of a record's JSON, or None when MetaSchedule would never apply it (a failed trial).
+
+    db.tuning_records.tuning_record_rank's rule (MetaSchedule's IsValid), restated: a toolchain's child
+    (another TVM release, in a venv without SQLAlchemy) applies records through this module too.
+    """
+    times = [float(t) for t in run_secs or []]
+    insts = trace[0] if trace else []
+    scheduled = bool(insts) and insts[0][0] != "EnterPostproc"
+    if not scheduled or not times or all(t == MS_FAILED_RUN_S for t in times):
+        return None
+    return sum(times) / len(times)
+
+
+def record_mean_s(record: TuningRecord) -> float | None:
+    """A record's mean run seconds, or None when MetaSchedule would never apply it (a failed trial)."""
+    trace, run_secs = (_plain(x) for x in record.as_json()[:2])
+    return _mean_if_valid(trace, run_secs)
+
+
+def _in_store_order(db: Any, workload: Workload) -> list[tuple[float | None, Callable[[], TuningRecord]]]:
+    """(mean seconds or None, the record) per record of ``workload`` in ``db``, oldest first, failed trials
+    too, for databases other than ``SqlTuningDatabase`` (which answers in SQL).
+
+    A ``JSONDatabase`` keeps its records sorted by run time, so its file is read instead: MetaSchedule
+    appends one line per committed record. Rebuilding a record replays its trace, so only the records
+    asked for are rebuilt. A ``MemoryDatabase`` lists its records as committed.
+    """
+    import json
+
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    shash = str(workload.as_json()[0])
+    if isinstance(db, JSONDatabase):
+        with open(db.path_workload) as f:
+            hashes = [str(json.loads(line)[0]) for line in f if line.strip()]
+        out: list[tuple[float | None, Callable[[], TuningRecord]]] = []
+        with open(db.path_tuning_record) as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                index, record = json.loads(line)
+                if hashes[index] == shash:
+                    rebuild = functools.partial(TuningRecord.from_json, record, workload)
+                    out.append((_mean_if_valid(record[0], record[1]), rebuild))
+        return out
+    seen: list[tuple[Workload, str]] = []  # each workload's hash once (as_json serialises its module)
+
+    def hash_of(w: Workload) -> str:
+        for obj, h in seen:
+            if obj.same_as(w):
+                return h
+        seen.append((w, str(w.as_json()[0])))
+        return seen[-1][1]
+
+    mine = [r for r in db.get_all_tuning_records() if hash_of(r.workload) == shash]
+    return [(record_mean_s(r), lambda r=r: r) for r in mine]  # built already: nothing to rebuild
+
+
+def stored_means(db: Any, workload: Workload) -> list[float | None]:
+    """Mean run seconds (None: failed) of every record of ``workload`` in ``db``, oldest first (not SQL)."""
+    return [mean for mean, _ in _in_store_order(db, workload)]
+
+
+def top_k_of_first(db: Any, workload: Workload, top_k: int, first_n: int) -> list[TuningRecord]:
+    """The ``top_k`` fastest valid records among the first ``first_n`` of ``workload`` in ``db``."""
+    if top_k <= 0 or first_n <= 0:
+        return []
+    if hasattr(db, "top_k_of_first"):  # SqlTuningDatabase: in SQL
+        return list(db.top_k_of_first(workload, top_k, first_n))
+    timed = [(mean, rebuild) for mean, rebuild in _in_store_order(db, workload)[:first_n] if mean is not None]
+    timed.sort(key=lambda x: x[0])  # stable: ties stay oldest first, as MetaSchedule orders them
+    return [rebuild() for _, rebuild in timed[:top_k]]
+
+
+@derived_object
+class BudgetView(_PyDatabaseBase):
+    """A build's database as a fixed budget stands for it: each workload holds only its first records.
+
+    ``first_n`` maps a workload hash (``workload_hash`` under the same module equality) to how many of the
+    workload's records in store order the budget accounts for (stored before the build and counted against
+    it, plus those it measured; failed trials count, but are never applied). A workload it does not name
+    holds none. ``MetaScheduleApplyDatabase`` over this view then applies to each task the best record an
+    N-trial run would have found, not the best of every run since, so a program tuned with 2 trials is not
+    the program of an earlier, larger budget that happens to share the database. Read-only.
+    """
+
+    def __init__(self, database: Any, first_n: dict[str, int], module_equality: str = "structural") -> None:
+        self.database = database
+        self.first_n = dict(first_n)
+        self.module_equality = module_equality
+        self._seen: dict[str, Workload] = {}  # workloads the view was asked about, for get_all / len
+
+    def has_workload(self, mod: IRModule) -> bool:
+        """Whether the underlying database has a workload equal to ``mod``."""
+        return bool(self.database.has_workload(mod))
+
+    def commit_workload(self, mod: IRModule) -> Workload:
+        """The underlying database's workload of ``mod`` (stored there if new, as MetaSchedule expects)."""
+        workload = self.database.commit_workload(mod)
+        self._seen.setdefault(str(workload.as_json()[0]), workload)
+        return workload
+
+    def commit_tuning_record(self, record: TuningRecord) -> None:
+        """Refused: the view only applies records; tuning writes to the database itself."""
+        raise RuntimeError("a BudgetView is read-only: commit tuning records to the build's database")
+
+    def get_top_k(self, workload: Workload, top_k: int) -> list[TuningRecord]:
+        """The ``top_k`` fastest valid records among the first ``first_n`` of ``workload``."""
+        if top_k < 0:
+            raise ValueError("top_k must be non-negative")
+        shash = str(workload.as_json()[0])
+        self._seen.setdefault(shash, workload)
+        return top_k_of_first(self.database, workload, top_k, self.first_n.get(shash, 0))
+
+    def get_all_tuning_records(self) -> list[TuningRecord]:
+        """The valid records the view holds, of the workloads it was asked about, per workload fastest first."""
+        return [r for w in self._seen.values() for r in self.get_top_k(w, self.first_n.get(str(w.as_json()[0]), 0))]
+
+    def __len__(self) -> int:
+        """How many records ``get_all_tuning_records`` returns."""
+        return len(self.get_all_tuning_records())
 
 
 def trials_covered(

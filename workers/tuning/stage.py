@@ -98,23 +98,36 @@ def tuning_target(tvm_target: dict[str, Any], settings: TuningSettings) -> Any:
 
 
 def _best_us(db: Any, mod: Any) -> tuple[float | None, int]:
-    """(best mean latency in µs, trials stored) of a task's workload in ``db``.
+    """(best mean latency in µs, trials stored) of a task's workload in ``db``: the whole history.
 
-    The SQL store counts every stored trial, failed ones too (they were spent: the same sweep again
-    spends nothing), in one query; other databases count their successful records.
+    Every stored trial counts, failed ones too (they were spent: the same sweep again spends nothing):
+    the SQL store counts in one query, other databases list the workload's records.
     """
+    from workers.tuning.database import stored_means
+
     if hasattr(db, "trials_covered"):  # SqlTuningDatabase: no record is rebuilt to be counted
         (covered,) = db.trials_covered([mod])
         best = covered["best_s"]
         return (None if best is None else best * 1e6), covered["trials"]
     if not db.has_workload(mod):
         return None, 0
-    workload = db.commit_workload(mod)
-    records = db.get_top_k(workload, 1_000_000)
-    if not records:
-        return None, 0
-    secs = [float(s) for s in records[0].run_secs]
-    return (sum(secs) / len(secs) * 1e6 if secs else None), len(records)
+    means = stored_means(db, db.commit_workload(mod))
+    times = [t for t in means if t is not None]
+    return (min(times) * 1e6 if times else None), len(means)
+
+
+def _applied_us(db: Any, mod: Any) -> float | None:
+    """The mean latency in µs of the record ``db`` applies to a task's workload (its top 1), or None.
+
+    With a ``BudgetView`` that is the best of the records the budget accounts for, not of the history.
+    """
+    from workers.tuning.database import record_mean_s
+
+    if not db.has_workload(mod):
+        return None
+    top = db.get_top_k(db.commit_workload(mod), 1)
+    mean = record_mean_s(top[0]) if top else None
+    return None if mean is None else mean * 1e6
 
 
 def _stored_stop(job: Job, infos: list[Any], stored_best: dict[str, float | None], baseline: Any) -> bool:
@@ -139,6 +152,7 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     import tvm
     from tvm import relax
 
+    from workers.tuning.database import BudgetView, workload_hash
     from workers.tuning.parallel import search_apart, split, why_not_parallel
     from workers.tuning.preload import preload_tensor_intrin
     from workers.tuning.progress import FileProgress, ProgressReporter
@@ -157,9 +171,17 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
 
     covered = {}
     stored_best: dict[str, float | None] = {}  # where the tuning curve starts for tasks with records
+    # A fixed budget stands for the first records of each task's workload in store order, as many as it
+    # spends (``BudgetView``); the workload hash (as the database computes it) names them.
+    hashes = {i.name: workload_hash(extracted[i.index].dispatched[0], settings.module_equality) for i in infos}
     for info in infos:
-        prior_us, stored = _best_us(db, extracted[info.index].dispatched[0])
+        mod_i = extracted[info.index].dispatched[0]
+        prior_us, stored = _best_us(db, mod_i)
         covered[info.name] = stored if auto else min(stored, alloc[info.name])
+        if not auto and covered[info.name] < stored:  # later records are not this budget's to start from
+            prior_us = _applied_us(
+                BudgetView(db, {hashes[info.name]: covered[info.name]}, settings.module_equality), mod_i
+            )
         stored_best[info.name] = None if prior_us is None else prior_us / 1e6
     from_records = sum(covered.values())
     reporter: Any = (
@@ -218,13 +240,24 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
     tuning_s = time.perf_counter() - started
 
     tasks, misses = [], []
-    with target, db:  # the pass reads both from the context
+    # An auto budget has no trial count to honour: it applies the best of every record. A fixed budget
+    # applies, per task, the best of only the records it accounts for (the first covered + measured in store
+    # order: what an N-trial run would have stored), so "tuned 2" is never a larger budget's program taken
+    # from a shared database; a task it gave no trial stays untuned.
+    spent_of = {i.name: covered[i.name] + measured.get(i.name, 0) for i in infos}
+    first_n: dict[str, int] = {}
+    for info in infos:  # tasks of one workload (anchor-block equality) share its records: the most any spent
+        first_n[hashes[info.name]] = max(first_n.get(hashes[info.name], 0), spent_of[info.name])
+    apply_db = db if auto else BudgetView(db, first_n, settings.module_equality)
+    with target, apply_db:  # the pass reads both from the context
         applied = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(fused)
     for info in infos:
-        best, stored = _best_us(db, extracted[info.index].dispatched[0])
+        mod_i = extracted[info.index].dispatched[0]
+        # The applied record's time: a task limited to no record has none, so it is no TuningMiss.
+        best = _best_us(db, mod_i)[0] if auto else _applied_us(apply_db, mod_i)
         func = applied[info.name] if info.name in [gv.name_hint for gv in applied.get_global_vars()] else None
         scheduled = bool(func is not None and func.attrs and func.attrs.get("tirx.is_scheduled", False))
-        spent = covered[info.name] + measured.get(info.name, 0)
+        spent = spent_of[info.name]
         if best is not None and not scheduled:
             misses.append(info.name)
         if spent and best is None:
