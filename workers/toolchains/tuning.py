@@ -196,7 +196,9 @@ class RecordsBridge:
         assert self.scope is not None
         index: dict[int, int] = {}  # workload row id -> line index
         workloads, records = [], []
-        for wl, rec in self.store().tuning_records(self.scope):
+        # In the order they were stored (the store gives them fastest first): a fixed budget applies the best
+        # of a task's *first* records (workers/tuning/database.BudgetView), in the child as in this process.
+        for wl, rec in sorted(self.store().tuning_records(self.scope), key=lambda pair: pair[1].id):
             if wl.id not in index:
                 index[wl.id] = len(workloads)
                 workloads.append(json.dumps([wl.workload_hash, wl.mod_b64]))
