@@ -75,7 +75,7 @@ class Tuned:
     first: SweepOutcome
     second: SweepOutcome
     builds: list[Build]  # of the first sweep, then of the second
-    progress: list[dict[str, int]]  # tuning progress events (the second sweep measures nothing)
+    progress: list[dict[str, Any]]  # tuning and built progress events of both sweeps, each with its "sweep"
     tmp: Path
 
 
@@ -110,7 +110,9 @@ def tuned(tvm026: Toolchain, tmp_path_factory: pytest.TempPathFactory, ray_local
                     store,
                     farm.tracker,
                     ArtifactCache(tmp / f"artifacts-{label}"),  # empty: the build (and its tuning) runs again
-                    progress=lambda event, counts: seen.append(dict(counts)) if event == "tuning" else None,
+                    progress=lambda event, counts, label=label: (
+                        seen.append({**counts, "sweep": label}) if event in ("tuning", "built") else None
+                    ),
                     health_checks=False,
                 )
             )
@@ -155,8 +157,12 @@ def test_its_records_are_stored_under_its_release(tuned: Tuned) -> None:
 
 
 def test_progress_reached_the_sweep(tuned: Tuned) -> None:
-    assert tuned.progress and tuned.progress[-1]["trials_budget"] == BUDGET, tuned.progress
-    assert tuned.progress[-1]["trials_done"] == BUDGET, tuned.progress
+    first = [p for p in tuned.progress if p["sweep"] == "first"]
+    assert first and first[-1]["trials_budget"] == BUDGET, tuned.progress
+    assert first[-1]["trials_done"] == BUDGET, tuned.progress  # the child's trials, read through its file
+    # The same job again measures nothing: its trials come from the stored records, counted apart.
+    again = [p for p in tuned.progress if p["sweep"] == "again"]
+    assert again[-1]["trials_done"] == 0 and again[-1]["trials_reused"] == BUDGET, tuned.progress
 
 
 def test_the_same_job_again_reuses_its_records(tuned: Tuned) -> None:

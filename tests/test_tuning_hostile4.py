@@ -181,12 +181,19 @@ def test_progress_counts_trials_run_apart_from_stored_records() -> None:
 
 
 def test_file_progress_keeps_the_records_share(tmp_path: Path) -> None:
-    """A toolchain child's progress file says what its stored records covered, apart from the count."""
+    """A toolchain child's progress file counts the trials it measured, its stored records' share apart."""
     from workers.tuning.progress import FileProgress, read_progress
 
     path = str(tmp_path / "progress.json")
     progress = FileProgress(path, 16)
     progress.report(6)
     progress.report(10)
-    assert read_progress(path) == (10, 16)
+    # The file holds the trials measured (4), so a parent whose first read comes after the last batch
+    # still reports them all (it used to take its first read for the records' share: 0 trials run).
+    assert read_progress(path) == (4, 16)
     assert json.loads(Path(path).read_text())["from_records"] == 6
+    from workers.tuning.progress import ProgressReporter
+
+    parent = ProgressReporter(None, "b", 16, from_records=0)
+    parent.report(4)
+    assert parent.from_records == 0

@@ -111,7 +111,8 @@ class RecordsBridge:
         self._store: Any = None
         self._offsets = {WORKLOAD_FILE: 0, RECORD_FILE: 0}  # bytes already read of each file
         self._workload_ids: list[int] = []  # SQL row id of each workload line, in file order
-        self._reporter = ProgressReporter(env.progress, build_key, job.tuning)
+        # The child's file counts measured trials already (FileProgress): nothing to take off.
+        self._reporter = ProgressReporter(env.progress, build_key, job.tuning, from_records=0)
         self._reported: tuple[int, int] | None = None
         self.exported = 0  # record lines handed to the child
         self.stored = 0  # new record lines stored in SQL

@@ -52,9 +52,11 @@ class ProgressReporter:
     ``done`` less it: the trials this build measured.
     """
 
-    def __init__(self, name: str | None, build_key: str, budget: int) -> None:
+    def __init__(self, name: str | None, build_key: str, budget: int, from_records: int | None = None) -> None:
         self.build_key, self.budget = build_key, budget
-        self.from_records: int | None = None  # the first report: trials covered by stored records
+        # The trials covered by stored records: the first report unless given (0 for counts that are
+        # measured trials already, as a toolchain child's FileProgress writes them).
+        self.from_records = from_records
         self._actor: Any = None
         if name:
             import ray
@@ -79,8 +81,9 @@ class FileProgress:
     """``report(done)`` into a JSON file (``{"done", "budget"}``), replaced whole so a reader never sees half.
 
     A toolchain's child has no Ray: its parent (the build task) reads the file and reports to the actor
-    through a ProgressReporter, whose first report is then the first count the parent read; the child's
-    own first count (the records' share) is in the file as ``from_records`` for readers that want it.
+    through a ProgressReporter given ``from_records=0``. The file's ``done`` is therefore the trials
+    measured already (the child's first count, the records' share, taken off here, and kept as
+    ``from_records``): the parent's first read may come after the last batch of a fast search.
     """
 
     def __init__(self, path: str, budget: int) -> None:
@@ -95,7 +98,8 @@ class FileProgress:
             self.from_records = done
         partial = f"{self.path}.partial"
         with open(partial, "w") as f:
-            json.dump({"done": done, "budget": self.budget, "from_records": self.from_records}, f)
+            measured = max(0, done - self.from_records)
+            json.dump({"done": measured, "budget": self.budget, "from_records": self.from_records}, f)
         os.replace(partial, self.path)
 
 
