@@ -310,6 +310,30 @@ def test_a_board_request_to_a_dead_tracker_says_the_tracker_is_not_answering(tmp
     assert isinstance(caught.value, NoBoardRegistered)
 
 
+
+def test_a_job_whose_tracker_is_gone_is_parked_saying_so() -> None:
+    """The sweep's own wording (acquire_board): the job waits pending-device, and its error names the tracker
+    that stopped answering, not "no board registered ... `farm add`" (which then failed: no local farm up)."""
+    from tests.test_scheduler_rules import model_ref
+    from tvmbench.core.records import Job, MeasureSettings, TargetSpec
+    from workers.board_session import acquire_board
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{sock.getsockname()[1]}"
+    job = Job(
+        model=model_ref(),
+        target=TargetSpec("host", {"kind": "llvm"}, "host", "x86_64"),
+        executor="vm-bytecode",
+        opt_level=2,
+        pipeline="per-target",
+        measure=MeasureSettings(device_wait_s=1.0),
+    )
+    run = acquire_board(job, address, {"job_key": job.key, "attempt": 1}, deadline_s=1.0)
+    assert run.status == "pending-device", run
+    assert f"the tracker at {address} is not answering" in run.error and "farm add" not in run.error, run.error
+    assert "`tvmbench sweep resume`" in run.error, run.error
+
 def test_a_tracker_that_answers_with_no_board_of_the_key_is_still_no_board_registered(tmp_path: Path) -> None:
     port = free_port(LOOPBACK)
     tracker = _spawn(_tracker_cmd(LOOPBACK, port), tmp_path / "tracker.log")

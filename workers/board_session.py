@@ -30,6 +30,7 @@ from workers.tracker_client import (
     DeviceUnavailable,
     NoBoardRegistered,
     Session,
+    TrackerUnreachable,
     registered_keys,
     request_session,
     tracker_summary,
@@ -199,6 +200,13 @@ def acquire_board(job: Job, tracker: str, base: dict[str, Any], deadline_s: floa
     key, settings = job.target.board_key, job.measure
     try:
         return request_session(tracker, key, deadline_s, settings.session_timeout_s, **request)
+    except TrackerUnreachable as exc:  # stopped or killed mid-sweep: not "no board", which sends them to `farm add`
+        return Run(
+            status="pending-device",
+            finished_at=time.time(),
+            error=f"{exc}; the build is kept: `tvmbench sweep resume` runs the job once it answers",
+            **base,
+        )
     except NoBoardRegistered:
         try:
             keys: Any = registered_keys(tracker_summary(tracker))

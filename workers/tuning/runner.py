@@ -192,7 +192,7 @@ class FarmRunner(PyRunner):
         from tvmbench.core.errors import one_line
         from workers.board_session import classify
         from workers.fence import Fence
-        from workers.tracker_client import DeviceUnavailable, NoBoardRegistered, request_session
+        from workers.tracker_client import DeviceUnavailable, NoBoardRegistered, TrackerUnreachable, request_session
 
         cfg = self.config
         if self.stop is not None and self.stop():
@@ -214,6 +214,9 @@ class FarmRunner(PyRunner):
                 ),
                 time.monotonic(),
             )
+        except TrackerUnreachable as exc:
+            self.stats.add_time("board_wait_s", time.perf_counter() - waited)
+            return self._failed("device-unavailable", str(exc))
         except NoBoardRegistered:
             self.stats.add_time("board_wait_s", time.perf_counter() - waited)
             return self._failed("device-unavailable", f"no board with key {cfg.board_key!r} is registered")
