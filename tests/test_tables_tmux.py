@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -107,12 +108,23 @@ def swept(
     results = cli_json(env, "results", "list")
     # vm-bytecode at O0 and O2, ONNX Runtime once (it has no opt_level)
     assert len(results) == 3 and {r["status"] for r in results} == {"ok"}, screen
+    # `results compare` needs two sweeps (a sweep against itself is refused): a copy of the database with
+    # the same file run again under a label (its programs come from the artifact cache), so that the other
+    # commands still read one sweep.
+    compared = root / "compare.db"
+    with sqlite3.connect(home / "results.db") as src, sqlite3.connect(compared) as dst:
+        src.backup(dst)
+    src.close()
+    dst.close()
+    second = cli(env, *run_args, "--label", "b", "--db", str(compared))
+    assert second.returncode == 0, second.stdout + second.stderr
     data = {
         "env": env,
         "tmux": tmux,
         "path": path,
         "tracker": local_farm.tracker,
         "run_screens": {100: screen, 80: again},
+        "compare_db": str(compared),
         "results": results,
         "sweep_id": results[0]["sweep_id"],
         "accepted": {},
@@ -140,7 +152,7 @@ def commands(d: dict[str, Any]) -> dict[str, list[str]]:
         "results sweeps": ["results", "sweeps"],
         "results best": ["results", "best"],
         "results query": ["results", "query"],
-        "results compare": ["results", "compare", sweep, sweep, "--all"],
+        "results compare": ["results", "compare", sweep, "b", "--all", "--db", d["compare_db"]],
         "results regressions": ["results", "regressions", "--all"],
         "results history": ["results", "history", job],
         "results show": ["results", "show", job],
