@@ -15,12 +15,9 @@ published complete, so a creation killed midway leaves no file rather than a hal
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import secrets
 import shutil
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -413,96 +410,6 @@ def half_made(conn: Connection) -> bool:
         if conn.exec_driver_sql(f"SELECT 1 FROM {quoted} LIMIT 1").first() is not None:
             return False
     return True
-
-
-# --- creating a new SQLite database all at once ----------------------------------------------------
-
-#: A new database is built under this name in its folder, then published (db/engine.py create_sqlite).
-_CREATING = ".tvmbench-creating"
-# host tag, pid, random; "-wal", "-shm", "-journal": SQLite's files beside it.
-_CREATING_NAME = re.compile(r"^\.tvmbench-creating-([0-9a-f]{8})-(\d+)-[0-9a-f]{8}\.db(-wal|-shm|-journal)?$")
-
-
-def create_sqlite(path: Path) -> bool:
-    """Make the SQLite database ``path`` at the newest schema, all or nothing; True when this call made it.
-
-    False, having made nothing, when a file is there already or another process published one first
-    (theirs is the database), and where the file system has no hard links (then the caller migrates in
-    place, as before). The schema is built in a temporary file in the same folder (upgraded to head, its
-    WAL checkpointed into it, closed), then published with ``os.link``, which creates ``path`` only if
-    nothing is there: a creation killed midway (kill -9, Ctrl-C, a full disk) leaves no ``path`` at all,
-    never a half-made schema that every later command trips over. ``os.replace`` would be atomic too,
-    but would replace a database someone else created, and may already be writing to, meanwhile.
-    """
-    if path.exists():
-        return False
-    folder = path.parent
-    _remove_leftovers(folder)
-    temp = folder / f"{_CREATING}-{_host_tag()}-{os.getpid()}-{secrets.token_hex(4)}.db"
-    try:
-        engine = make_engine(f"sqlite:///{temp}", shown_as=path)
-        try:
-            upgrade(engine)
-            with engine.connect() as conn:  # everything into the file itself: its WAL is not published
-                conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-        finally:
-            engine.dispose()
-        try:
-            os.link(temp, path)
-        except FileExistsError:
-            return False  # another process published first: its database is the one to open
-        except OSError:
-            return False  # no hard links here (some FUSE or FAT mounts): created in place, as before
-        _sync_folder(folder)
-        return True
-    finally:
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            Path(f"{temp}{suffix}").unlink(missing_ok=True)
-
-
-def _host_tag() -> str:
-    """This host, in 8 hex digits: a leftover's pid means something only on the host that made it."""
-    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
-
-
-def _remove_leftovers(folder: Path) -> None:
-    """Remove temporary files of creations that this host's processes started and did not finish
-    (their process is gone: killed). Another host's, or a live process's, are left alone."""
-    tag = _host_tag()
-    try:
-        names = [p.name for p in folder.iterdir() if p.name.startswith(_CREATING)]
-    except OSError:
-        return
-    for name in names:
-        found = _CREATING_NAME.match(name)
-        if found is None or found.group(1) != tag or _alive(int(found.group(2))):
-            continue
-        # A leftover killed after publishing is a second name of the database: removing it removes a name.
-        (folder / name).unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # EPERM: another user's process, alive
-        return True
-    return True
-
-
-def _sync_folder(folder: Path) -> None:
-    """Make the new name durable (a crash right after publishing must not lose it)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # some file systems refuse fsync on a folder; the link is there all the same
-        pass
-    finally:
-        os.close(fd)
 
 
 def upgrade(engine: Engine) -> None:

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from db import control_reads, tuning_records, writes
 from db import models as m
+from db.creation import create_sqlite
 from db.engine import (  # noqa: F401  (re-exported: callers import these from db.store)
     MIGRATIONS,
     READ_THREADS,
@@ -33,7 +34,6 @@ from db.engine import (  # noqa: F401  (re-exported: callers import these from d
     StoreError,
     check_backend,
     check_sqlite_path,
-    create_sqlite,
     default_home,
     default_url,
     ensure_home,
@@ -116,7 +116,7 @@ class ResultStore:
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     def _create_or_upgrade(self) -> str | None:
-        """A new SQLite file is created all at once (db/engine.py create_sqlite); any other database is
+        """A new SQLite file is created all at once (db/creation.py create_sqlite); any other database is
         migrated in place. The revision it was at before (None: this made its schema)."""
         path = sqlite_path(self.url)
         if path is not None and create_sqlite(path):

@@ -25,6 +25,7 @@ from orchestrator.farm.local import BoardProcess, LocalFarm
 from orchestrator.farm.network import LOOPBACK
 from orchestrator.farm.processes import stop_pid
 from orchestrator.farm.provisioning import Note, provision_boards
+from tvmbench.core.files import sync_folder
 from workers.toolchains.toolchain import Toolchain
 from workers.tracker_client import parse_addr, tracker_summary
 
@@ -139,14 +140,7 @@ def write_state(home: Path, data: dict[str, Any]) -> None:
     except OSError as exc:
         disk = f"the disk of {home} is full" if exc.errno in _DISK_FULL else f"{home} cannot be written"
         raise FarmError(f"could not write {path}: {exc.strerror or exc} ({disk})") from None
-    try:  # the rename itself survives a power cut once the folder is synced
-        folder = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
-    except OSError:
-        pass
+    sync_folder(home)  # the rename itself survives a power cut once the folder is synced
 
 
 def _holder(fd: int) -> str:
