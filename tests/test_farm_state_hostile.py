@@ -310,7 +310,6 @@ def test_a_board_request_to_a_dead_tracker_says_the_tracker_is_not_answering(tmp
     assert isinstance(caught.value, NoBoardRegistered)
 
 
-
 def test_a_job_whose_tracker_is_gone_is_parked_saying_so() -> None:
     """The sweep's own wording (acquire_board): the job waits pending-device, and its error names the tracker
     that stopped answering, not "no board registered ... `farm add`" (which then failed: no local farm up)."""
@@ -333,6 +332,7 @@ def test_a_job_whose_tracker_is_gone_is_parked_saying_so() -> None:
     assert run.status == "pending-device", run
     assert f"the tracker at {address} is not answering" in run.error and "farm add" not in run.error, run.error
     assert "`tvmbench sweep resume`" in run.error, run.error
+
 
 def test_a_tracker_that_answers_with_no_board_of_the_key_is_still_no_board_registered(tmp_path: Path) -> None:
     port = free_port(LOOPBACK)
