@@ -225,3 +225,14 @@ def test_plan_extracts_each_programs_tasks_once(tmp_path: Path, home: Path, monk
 
 def test_job_default_is_untuned() -> None:
     assert Job.__dataclass_fields__["tuning"].default == 0
+
+
+def test_plan_task_work_keeps_three_digits_for_tiny_tasks() -> None:
+    """A 4200-FLOP task read 0.00 MFLOP in `sweep plan` (2 decimals) but 0.0042 in `results show`."""
+    from tvmbench.answers.columns import PLAN_TASKS, TUNED_TASKS
+
+    for columns in (PLAN_TASKS, TUNED_TASKS):
+        mflop = next(c for c in columns if c.key == "mflop")
+        assert mflop.text({"flops": 4200}) == "0.0042"
+        assert mflop.text({"flops": 173_000_000}) == "173"
+        assert mflop.text({"flops": None}) == "-"

@@ -124,10 +124,15 @@ def plan(tuned: bool, releases: bool = False, layouts: bool = False) -> list[Col
     ]
 
 
+def _mflop(t: dict[str, Any]) -> str:
+    """A task's work in MFLOP to 3 significant digits: a tiny task's 0.0042 is not 0.00."""
+    return "-" if t.get("flops") is None else f"{t['flops'] / 1e6:.3g}"
+
+
 PLAN_TASKS = [
     Column("task", "task", "name", priority=0, wrap=True),
     Column("weight", "weight", "weight", priority=0, right=True),
-    Column("mflop", "MFLOP", "flops", priority=1, right=True, text=lambda t: f"{t['flops'] / 1e6:.2f}"),
+    Column("mflop", "MFLOP", "flops", priority=1, right=True, text=_mflop),
     Column("trials", "trials", "trials", priority=0, right=True),
     Column("stored", "stored", "covered", priority=0, right=True),
 ]
@@ -346,8 +351,7 @@ def _found(t: dict[str, Any]) -> str:
 TUNED_TASKS = [
     Column("task", "task", "name", priority=0, wrap=True),
     Column("weight", "weight", "weight", priority=0, right=True),
-    Column("mflop", "MFLOP", "flops", priority=1, right=True,
-           text=lambda t: "-" if t.get("flops") is None else f"{t['flops'] / 1e6:.3g}"),
+    Column("mflop", "MFLOP", "flops", priority=1, right=True, text=_mflop),
     Column("trials", "trials", "trials", priority=0, right=True),
     Column("best_us", "best µs", "best_us", priority=0, right=True),
     Column("found", "records found", "records_found", priority=1, text=_found),
