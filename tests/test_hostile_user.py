@@ -807,3 +807,40 @@ def test_an_empty_tvmbench_home_is_the_default_not_the_current_folder(monkeypatc
 
     monkeypatch.setenv("TVMBENCH_HOME", "")
     assert default_home() == Path.home() / ".tvmbench"
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("cycle", "depend on each other in a cycle"),
+        ("undefined input", "reads 'ghost', which no input, initializer or node defines"),
+        ("dangling output", "output 'nowhere' is produced by no node"),
+    ],
+)
+def test_a_graph_no_runtime_can_load_is_refused_at_intake(tmp_path: Path, home: Path, kind: str, expected: str) -> None:
+    """A cycle or a name nothing defines is refused when the sweep file is read, not after planning at the
+    reference step (ONNX Runtime's load error there); nodes merely listed out of order still plan."""
+    from onnx import TensorProto, helper
+
+    nodes = {
+        "cycle": [helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Relu", ["a"], ["b"])],
+        "undefined input": [helper.make_node("Add", ["x", "ghost"], ["a"])],
+        "dangling output": [helper.make_node("Relu", ["x"], ["a"])],
+        "out of order": [helper.make_node("Relu", ["b"], ["a"]), helper.make_node("Neg", ["x"], ["b"])],
+    }
+    output = {"dangling output": "nowhere"}.get(kind, "a")
+    tensor = helper.make_tensor_value_info
+    for name, graph_nodes, out in ((kind, nodes[kind], output), ("out of order", nodes["out of order"], "a")):
+        graph = helper.make_graph(
+            graph_nodes, "g", [tensor("x", TensorProto.FLOAT, [1, 4])], [tensor(out, TensorProto.FLOAT, [1, 4])]
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        onnx.save(model, tmp_path / f"{name.replace(' ', '_')}.onnx")
+    result = invoke(
+        "sweep", "plan", str(write_sweep(tmp_path, f'[[models]]\npath = "{kind.replace(" ", "_")}.onnx"\n'))
+    )
+    line = one_error_line(result)
+    assert result.exit_code == 2 and expected in line and "the model is invalid" in line, result.output
+    ordered = invoke("sweep", "plan", str(write_sweep(tmp_path, '[[models]]\npath = "out_of_order.onnx"\n', "o.toml")))
+    assert ordered.exit_code == 0, ordered.output

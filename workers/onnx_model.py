@@ -3,7 +3,8 @@
 Models come from users, so ``load_model`` is also the intake gate: a file that is not ONNX, comes from
 a future opset, names operators ONNX does not define, declares tensors too large to allocate, has inputs
 or outputs that are no numeric tensors (strings, a classifier's ZipMap), or keeps weights in external
-files (which could point anywhere: ``../../etc/passwd``, a symlink) is refused here with one line naming
+files (which could point anywhere: ``../../etc/passwd``, a symlink), or is wired so that no runtime can
+load it (a cycle, a name nothing defines) is refused here with one line naming
 the file and the fix. Nothing outside the model's own file is ever opened.
 """
 
@@ -159,6 +160,8 @@ def check_intake(proto: onnx.ModelProto, path: Path) -> None:
                     f"over the {MAX_TENSOR_BYTES >> 30} GiB limit; use a smaller model"
                 )
         _no_control_characters(graph, path)
+        if graph is proto.graph:  # a subgraph may read its outer graphs' names: only the top is closed
+            _check_wiring(graph, path)
         for node in graph.node:
             if node.domain in _ONNX_DOMAINS and not onnx.defs.has(node.op_type, node.domain):
                 raise ModelError(
@@ -198,6 +201,57 @@ def check_intake(proto: onnx.ModelProto, path: Path) -> None:
                 f"{path}: its {kind}s declare {total / 2**30:.1f} GiB together, over the {MAX_TENSOR_BYTES >> 30} GiB "
                 f"limit; use smaller {kind} shapes"
             )
+
+
+def _check_wiring(graph: onnx.GraphProto, path: Path) -> None:
+    """Refuse a graph no runtime can load: a node input or graph output nothing defines, or a cycle.
+
+    ONNX Runtime refused these only at the reference step, after the sweep was planned and recorded;
+    order alone is not checked (ONNX Runtime sorts a graph whose nodes are listed out of order).
+    """
+    defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    produced: dict[str, int] = {}
+    for index, node in enumerate(graph.node):
+        for name in node.output:
+            if name:
+                produced.setdefault(name, index)
+
+    def label(index: int) -> str:
+        return repr(graph.node[index].name or f"{graph.node[index].op_type} #{index}")
+
+    for index, node in enumerate(graph.node):
+        missing = next((n for n in node.input if n and n not in defined and n not in produced), None)
+        if missing is not None:
+            raise ModelError(
+                f"{path}: node {label(index)} reads {missing!r}, which no input, initializer or node defines; "
+                "the model is invalid (onnx.checker.check_model names the problem): fix or re-export it"
+            )
+    for value in graph.output:
+        if value.name not in defined and value.name not in produced:
+            raise ModelError(
+                f"{path}: output {value.name!r} is produced by no node, input or initializer; the model is invalid: "
+                "fix or re-export it"
+            )
+    # Kahn's algorithm over node -> node edges: whatever is never freed lies on (or behind) a cycle.
+    waiting = [sum(1 for n in set(node.input) if n in produced and n not in defined) for node in graph.node]
+    readers: dict[str, list[int]] = {}
+    for index, node in enumerate(graph.node):
+        for name in set(node.input):
+            if name in produced and name not in defined:
+                readers.setdefault(name, []).append(index)
+    ready = [i for i, count in enumerate(waiting) if count == 0]
+    while ready:
+        for name in graph.node[ready.pop()].output:
+            for reader in readers.pop(name, []):
+                waiting[reader] -= 1
+                if waiting[reader] == 0:
+                    ready.append(reader)
+    stuck = [i for i, count in enumerate(waiting) if count > 0]
+    if stuck:
+        names = ", ".join(label(i) for i in stuck[:3]) + (f" and {len(stuck) - 3} more" if len(stuck) > 3 else "")
+        raise ModelError(
+            f"{path}: nodes {names} depend on each other in a cycle; the model is invalid: fix or re-export it"
+        )
 
 
 def _no_control_characters(graph: onnx.GraphProto, path: Path) -> None:
