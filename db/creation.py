@@ -14,7 +14,8 @@ import secrets
 import socket
 from pathlib import Path
 
-from db.engine import make_engine, upgrade
+from db.engine import make_engine
+from db.schema import upgrade
 from tvmbench.core.files import sync_folder
 from tvmbench.core.liveness import pid_alive
 

@@ -1,6 +1,7 @@
 """ResultStore: the one way into the results database, over any SQLAlchemy URL.
 
-A facade over its rooms: db/engine.py (home, URL, engines, schema check, migrations), db/upserts.py
+A facade over its rooms: db/engine.py (home, URL, engines), db/schema.py (revisions, schema check,
+migrations), db/upserts.py
 (INSERT ... ON CONFLICT), db/rows.py (rows <-> records), db/writes.py (every write of a sweep),
 db/control_reads.py (the reads the control plane acts on while it writes) and db/tuning_records.py
 (MetaSchedule records). Here: opening, the transaction that each write runs in, retries and batches.
@@ -38,13 +39,10 @@ from db.engine import (  # noqa: F401  (re-exported: callers import these from d
     default_url,
     ensure_home,
     make_engine,
-    open_for_reading,
-    schema_problem,
     sqlite_path,
-    upgrade,
-    upgrade_if_behind,
 )
 from db.rows import static_memory_columns, tuning_columns  # noqa: F401  (re-exported)
+from db.schema import open_for_reading, schema_problem, upgrade, upgrade_if_behind  # noqa: F401  (re-exported)
 from db.tuning_records import tuning_record_rank  # noqa: F401  (re-exported)
 from db.upserts import conflict_insert, insert_ignore, upsert  # noqa: F401  (re-exported)
 from db.urls import as_url, redact, shown_url
@@ -198,7 +196,7 @@ class ResultStore:
             if self._sweep_id is None:
                 raise
             then = f"`tvmbench sweep resume {self._sweep_id}` runs the jobs not stored yet"
-            raise DiskFull(exc.problem, then) from None
+            raise type(exc)(exc.problem, then) from None  # a size limit stays a size limit
         except DatabaseGone:
             raise self._gone() from None
         # Committed, but to the file that was opened: a result counts as stored only if that is still the one.

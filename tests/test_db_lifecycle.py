@@ -25,7 +25,8 @@ from sqlalchemy import select
 from typer.testing import CliRunner
 
 from db import models as m
-from db.engine import DatabaseGone, DiskFull, head_revision
+from db.engine import DatabaseGone, DiskFull
+from db.schema import head_revision
 from db.store import ResultStore
 from orchestrator import interrupts, scheduler
 from orchestrator.plan import plan_jobs

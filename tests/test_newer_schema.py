@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from db.engine import head_revision, known_revisions
+from db.schema import head_revision, known_revisions
 from db.store import ResultStore, StoreError
 from tests.conftest import one_error_line
 from tvmbench.cli import app

@@ -271,7 +271,7 @@ def test_concurrent_writers_make_one_sweep(db_url: str) -> None:
 def test_db_upgrade_command(db_url: str) -> None:
     from typer.testing import CliRunner
 
-    from db.engine import head_revision
+    from db.schema import head_revision
     from tvmbench.cli import app
 
     head = head_revision()
@@ -291,7 +291,8 @@ def test_db_upgrade_says_which_revisions(tmp_path) -> None:
     """An older database: `db upgrade` names the revision it found and the one it reached."""
     from typer.testing import CliRunner
 
-    from db.engine import head_revision, make_engine
+    from db.engine import make_engine
+    from db.schema import head_revision
     from tests.test_migration_0005 import _migrate
     from tvmbench.cli import app
 

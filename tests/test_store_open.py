@@ -12,7 +12,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
-from db.engine import head_revision
+from db.schema import head_revision
 from db.store import EMPTY_DB, MIGRATIONS, ResultStore, StoreError, make_engine
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ app = typer.Typer(no_args_is_help=True, help="The results database.")
 @app.command("upgrade")
 def db_upgrade(db: DbOpt = None) -> None:
     """Apply the schema migrations to the database (done automatically on open too)."""
-    from db.engine import head_revision  # SQLAlchemy: imported by the command, not by `tvmbench --help`
+    from db.schema import head_revision  # SQLAlchemy: imported by the command, not by `tvmbench --help`
 
     store = open_store(db)
     shown, head, before = shown_url(store.url), head_revision(), store.revision_before
