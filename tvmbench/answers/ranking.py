@@ -158,14 +158,20 @@ def rank(
     if df.empty:
         return []
     if metric == "first":
-        # The first inference is one value in ms: it ranks ms runs only, and its "median" is that value.
-        df = df[(df["unit"] == "ms") & df["first_ms"].notna()].assign(median=lambda d: d["first_ms"])
+        # The first inference is one value in ms: it ranks ms runs only, and its "median" is that value. The
+        # steady-state median is kept aside: a row's *_median fields mean the median under either metric.
+        df = df[(df["unit"] == "ms") & df["first_ms"].notna()]
+        df = df.assign(steady_median=df["median"], median=df["first_ms"])
+    else:
+        df = df.assign(steady_median=df["median"])
     df = df[df["median"].notna()].sort_values([*RANK_KEYS, "median", "job_key"])
     # A sweep over TVM releases has the same configuration once per release: its names say which.
     several = "tvm_version" in df and df["tvm_version"].nunique(dropna=True) > 1
     name = partial(config_name, release=several)
     is_baseline = df["executor"].isin(BASELINE_EXECUTORS)
     baseline = df[is_baseline].groupby(RANK_KEYS)["median"].min().to_dict()
+    # The steady-state median of each ranking's fastest baseline by the metric (head: first() skips NaN).
+    baseline_steady = df[is_baseline].groupby(RANK_KEYS).head(1).set_index(RANK_KEYS)["steady_median"].to_dict()
     contenders = df[~is_baseline]
     # Side by side, tuned jobs count even when their program equals another's (records that did not apply).
     every_config = contenders.groupby(RANK_KEYS, sort=True)
@@ -206,12 +212,16 @@ def rank(
             "best_job": top["job_key"],
             "tvm_version": top["tvm_version"],  # the release the winner was built with
             "layout": _layout(top),  # the winner's data layout (None without a layout axis)
-            "best_median": float(top["median"]),
+            # best_value is the figure ranked (``metric``: a median or a first inference, ms); best_median is
+            # always the steady-state median (it held the first inference under --metric first, misnamed).
+            "best_value": float(top["median"]),
+            "best_median": _number(top["steady_median"]),
             "best_lo": ci.lo,
             "best_hi": ci.hi,
             "metric": metric,
             **_figures(top, "best"),
             "runner_up": None,
+            "runner_up_value": None,
             "runner_up_median": None,
             "runner_up_lo": None,
             "runner_up_hi": None,
@@ -228,7 +238,8 @@ def rank(
             second = pair.iloc[1]
             ci2 = median_ci(samples.get(second["run_id"]), confidence, seed=seed)
             row.update(
-                runner_up=name(second), runner_up_median=float(second["median"]), runner_up_lo=ci2.lo,
+                runner_up=name(second), runner_up_value=float(second["median"]),
+                runner_up_median=_number(second["steady_median"]), runner_up_lo=ci2.lo,
                 runner_up_hi=ci2.hi, runner_up_tvm_version=second["tvm_version"], runner_up_layout=_layout(second),
                 **_figures(second, "runner_up"),
             )  # fmt: skip
@@ -241,10 +252,11 @@ def rank(
         row["slowest"] = name(last)
         row["speedup_vs_slowest"] = float(last["median"]) / float(top["median"]) if top["median"] else math.nan
         ort = baseline.get(key)
-        row["onnxruntime_median"] = ort
+        row["onnxruntime_value"] = ort
+        row["onnxruntime_median"] = _number(baseline_steady.get(key))
         row["speedup_vs_onnxruntime"] = ort / float(top["median"]) if ort is not None and top["median"] else None
-        if ort is not None and ort < row["best_median"]:
-            verdict += f"; the onnxruntime baseline is faster still ({ort:.4g} vs {row['best_median']:.4g} {unit})"
+        if ort is not None and ort < row["best_value"]:
+            verdict += f"; the onnxruntime baseline is faster still ({ort:.4g} vs {row['best_value']:.4g} {unit})"
         row["verdict"] = verdict
         # Tuned and untuned side by side, with what the tuning cost (empty when nothing was tuned).
         row["tuning"] = tuning_answers.side_by_side(
@@ -267,7 +279,10 @@ def rank(
         ort = float(baseline[key])
         sid = df[is_baseline & (df["model"] == model) & (df["board_key"] == board_key)]["sweep_id"].iloc[0]
         verdict = f"{NO_TVM}; the onnxruntime baseline measured {ort:.4g} {unit}"
-        out.append(no_tvm_row(model, board_key, str(sid), verdict, unit=unit, emulated=bool(emulated), ort=ort))
+        steady = _number(baseline_steady.get(key))
+        out.append(
+            no_tvm_row(model, board_key, str(sid), verdict, unit=unit, emulated=bool(emulated), ort=ort, steady=steady)
+        )
     out.sort(key=lambda r: (r["model"], r["board_key"], r["unit"] or "", r["emulated"]))
     return out
 
@@ -284,18 +299,29 @@ def no_tvm_row(
     unit: str | None = None,
     emulated: bool = False,
     ort: float | None = None,
+    steady: float | None = None,
 ) -> dict[str, Any]:
     """A ranking row for a (model, board) where no TVM configuration passed: every figure of a winner is None
-    (``best`` too), ``onnxruntime_median`` the baseline when it passed, ``verdict`` says what happened."""
+    (``best`` too), ``onnxruntime_value`` the baseline's ranked figure when it passed (``onnxruntime_median``
+    its steady-state median: ``steady``, else ``ort``), ``verdict`` says what happened."""
     row: dict[str, Any] = {"model": model, "board_key": board_key, "unit": unit, "emulated": emulated}
     row.update(sweep_id=sweep_id, candidates=0, no_tvm=True, uncertain=False, verdict=verdict, tuning=[], metric=None)
-    for k in ("best", "best_job", "tvm_version", "layout", "best_median", "best_lo", "best_hi", "runner_up",
-              "runner_up_median", "runner_up_lo", "runner_up_hi", "runner_up_tvm_version", "runner_up_layout",
+    for k in ("best", "best_job", "tvm_version", "layout", "best_value", "best_median", "best_lo", "best_hi",
+              "runner_up", "runner_up_value", "runner_up_median", "runner_up_lo", "runner_up_hi",
+              "runner_up_tvm_version", "runner_up_layout",
               "slowest", "speedup_vs_slowest", "speedup_vs_onnxruntime", "layouts", "best_peak_mem_mb",
               "runner_up_peak_mem_mb"):  # fmt: skip
         row[k] = None
-    row.update(best_warnings=[], runner_up_warnings=[], onnxruntime_median=ort)
+    row.update(
+        best_warnings=[], runner_up_warnings=[], onnxruntime_value=ort,
+        onnxruntime_median=ort if steady is None else steady,
+    )  # fmt: skip
     return row
+
+
+def _number(value: object) -> float | None:
+    """A figure of the frame as a float, None where it is missing (NaN)."""
+    return None if value is None or value != value else float(value)  # type: ignore[arg-type]
 
 
 def _layout(row: Any) -> str | None:
