@@ -84,3 +84,16 @@ def test_a_write_past_the_file_size_limit_is_one_line_naming_the_limit(store: Re
     assert err.startswith(f"error: results database {path}: a write failed (disk I/O error)"), err
     assert "(`ulimit -f`)" in err and "raise the limit (`ulimit -f unlimited`" in err, err
     assert err.endswith("then `tvmbench sweep resume fsz00001` runs the jobs not stored yet"), err
+
+
+# --- 3: a bidi override in a name reversed the rest of its line -----------------------------------------
+
+
+def test_a_bidi_override_in_a_name_is_shown_escaped_in_tables_and_lines(store: ResultStore) -> None:
+    # U+202E is a format character (Cf), not a control one: sweep files accept it, and a bidi-aware terminal
+    # showed everything after it right to left, the figures of the row reversed.
+    add_sweep(store, "bidi0001", [Result(model="m\u202eode", samples=noisy(0.25))], label="l\u2067x")
+    for args in (("results", "list"), ("results", "best"), ("results", "sweeps"), ("results", "list", "--tsv")):
+        code, out = _cli(*args, "--db", store.url)
+        assert code == 0 and "\u202e" not in out and "\u2067" not in out, (args, out)
+        assert "m\\u202eode" in out or "l\\u2067x" in out, (args, out)

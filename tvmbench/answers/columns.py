@@ -267,7 +267,7 @@ def best(label: str, metric: str = "steady") -> list[Column]:
                + (short_config(r["best"], r["board_key"]) if r["best"] else "no TVM passed"),
                legend=CONFIG_LEGEND, style=lambda r: "yellow" if r["uncertain"] or not r["best"] else None),
         Column("first" if first else "median", figure, "best_value", priority=0, right=True,
-               text=lambda r: fmt(r["best_value"]) + flag(r.get("best_warnings"))),
+               text=lambda r: fmt(_ranked(r, "best")) + flag(r.get("best_warnings"))),
         Column("ci", label, "best_lo", priority=0, text=lambda r: ci(r["best_lo"], r["best_hi"])),
         Column("ort", ORT_HEADER, "speedup_vs_onnxruntime", priority=0, right=True,
                text=lambda r: fmt(r["speedup_vs_onnxruntime"], 3)),
@@ -277,7 +277,7 @@ def best(label: str, metric: str = "steady") -> list[Column]:
                text=lambda r: r["runner_up"] or "-",
                short=lambda r: short_config(r["runner_up"], r["board_key"]), legend=CONFIG_LEGEND),
         Column("runner_up_first" if first else "runner_up_median", f"runner-up {figure}", "runner_up_value",
-               priority=1, right=True, text=lambda r: fmt(r["runner_up_value"]) + flag(r.get("runner_up_warnings"))),
+               priority=1, right=True, text=lambda r: fmt(_ranked(r, "runner_up")) + flag(r.get("runner_up_warnings"))),
         Column("runner_up_ci", f"runner-up {label}", "runner_up_lo", priority=2,
                text=lambda r: ci(r["runner_up_lo"], r["runner_up_hi"])),
         Column("slowest", "×slowest", "speedup_vs_slowest", priority=2, right=True,
@@ -285,6 +285,11 @@ def best(label: str, metric: str = "steady") -> list[Column]:
     ]  # fmt: skip
     # A first inference is one value per run: no interval to show (the columns would be "-" throughout).
     return [c for c in cells if not (first and c.key in ("ci", "runner_up_ci"))]
+
+
+def _ranked(row: dict[str, Any], who: str) -> Any:
+    """The figure ``who`` ("best", "runner_up") was ranked by; a row made without ``*_value`` has its median."""
+    return row.get(f"{who}_value", row.get(f"{who}_median"))
 
 
 def layouts(label: str) -> list[Column]:

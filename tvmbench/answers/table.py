@@ -31,6 +31,17 @@ GAP = 2  # spaces between the columns of plain text
 WRAP_WIDTH = 20  # a wrapping column is not squeezed below this before lower-priority columns are dropped
 
 
+#: Bidirectional formatting characters (Unicode category Cf, so sweep files accept them): an override such as
+#: U+202E in a name shows the rest of its line right to left in a bidi-aware terminal, the numbers beside it
+#: reversed ("0.25 ms" reads "sm 52.0"). Shown as their escapes, like the control characters.
+_BIDI = {c: f"\\u{c:04x}" for c in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+
+
+def shown(text: str) -> str:
+    """``text`` as a terminal may show it: control characters (``printable``) and bidi overrides escaped."""
+    return printable(text).translate(_BIDI)
+
+
 class ColumnError(ValueError):
     """--columns named a column the table does not have."""
 
@@ -239,7 +250,7 @@ def _cells(columns: Sequence[Column], rows: Sequence[dict[str, Any]], short: set
                 line.append(c.short(r))
             else:
                 line.append(c.cell(r))
-        out.append([printable(cell) for cell in line])
+        out.append([shown(cell) for cell in line])
     return out
 
 
@@ -394,7 +405,7 @@ def _print_tsv(columns: Sequence[Column], rows: Sequence[dict[str, Any]], wanted
         # Numbers unrounded and ids whole (a spreadsheet computes with them); other cells as on screen.
         plain = col.ident or col.text is None or (isinstance(value, Real) and not isinstance(value, bool))
         text = str(value) if plain else col.cell(row)
-        return printable(text.replace("\t", " ").replace("\n", " "))
+        return shown(text.replace("\t", " ").replace("\n", " "))
 
     out = ["\t".join(c.key for c in chosen)]
     out += ["\t".join(raw(c, r) for c in chosen) for r in rows]

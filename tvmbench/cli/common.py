@@ -18,7 +18,6 @@ from rich.text import Text
 from db.urls import redact
 from orchestrator.farm.errors import MAX_BOARDS  # noqa: F401  (re-exported: the --boards options' bound)
 from tvmbench.cli.lazy import lazy
-from tvmbench.core.printable import printable
 
 # The library (SQLAlchemy, numpy, onnx, TVM, Ray) loads inside the commands that use it: `tvmbench --help`
 # and a query of the results stay fast (benchmarks/startup.py; tests/test_cli_startup.py).
@@ -33,7 +32,8 @@ T = TypeVar("T")
 
 class _EscapeControls(RenderHook):
     """Whatever the CLI prints goes through ``printable``: a name or an error from a model or a database
-    never reaches the terminal as an escape sequence (tvmbench/core/printable.py)."""
+    never reaches the terminal as an escape sequence (tvmbench/core/printable.py), nor as a bidi override
+    that reverses the rest of its line (``table.shown``)."""
 
     def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
         return [_Escaped(r) for r in renderables]
@@ -46,7 +46,7 @@ class _Escaped:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
         for segment in console.render(self.inner, options):
             # Control segments (cursor moves of a progress display) are rich's own: kept as they are.
-            yield segment if segment.control else Segment(printable(segment.text), segment.style)
+            yield segment if segment.control else Segment(table.shown(segment.text), segment.style)
 
 
 # Piped output (CI logs, `| less`) gets wide tables rather than rich's 80-column default. No markup:
