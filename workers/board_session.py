@@ -27,6 +27,7 @@ from workers.reference import compare
 from workers.targets import presets_for
 from workers.toolchains.boards import installed_version, split_release_key
 from workers.tracker_client import (
+    BoardNotAnswering,
     DeviceUnavailable,
     NoBoardRegistered,
     Session,
@@ -219,6 +220,15 @@ def acquire_board(job: Job, tracker: str, base: dict[str, Any], deadline_s: floa
             f"(farm list shows {keys or 'no boards'}); the build is kept: connect one "
             f"(`tvmbench farm add --key {key}` for a local one) and run `tvmbench sweep resume`",
             **base,
+        )
+    except BoardNotAnswering as exc:  # counted against that board, like one that died mid-run: retried elsewhere
+        return Run(
+            status="infra",
+            board_id=exc.board_id,
+            finished_at=time.time(),
+            error=f"{exc}; `tvmbench farm list` shows it, `tvmbench farm status` shows a local board's process: "
+            "restart that board agent, or stop it so that it leaves the tracker",
+            **{k: v for k, v in base.items() if k != "board_id"},
         )
     except DeviceUnavailable as exc:
         try:

@@ -22,6 +22,9 @@ from typing import Any
 TRACKER_MAGIC = 0x2F271  # tvm.rpc.base.RPC_TRACKER_MAGIC
 CODE_SUCCESS, CODE_REQUEST, CODE_SUMMARY = 0, 4, 6  # tvm.rpc.base.TrackerCode
 MAX_MESSAGE_BYTES = 64 << 20  # a summary of thousands of boards is a few hundred KB
+# A live board answers the RPC handshake in its accept loop within milliseconds (an emulated one too); TVM's
+# own rpc.connect waits for it forever.
+HANDSHAKE_S = 20.0
 
 
 class NotATracker(ConnectionError):
@@ -31,6 +34,19 @@ class NotATracker(ConnectionError):
 
 class DeviceUnavailable(RuntimeError):
     """No board of the key became free before the deadline."""
+
+
+class BoardNotAnswering(RuntimeError):
+    """A board the tracker offered took the connection but did not answer the RPC handshake in time: stopped
+    (SIGSTOP, a debugger), hung or cut off while still registered. ``board_id`` names it, so that the attempt
+    counts against that board and its retry goes to another."""
+
+    def __init__(self, board_id: str, waited_s: float) -> None:
+        super().__init__(
+            f"board {board_id} took the connection but did not answer the RPC handshake within {waited_s:g} s "
+            "(stopped, hung or cut off while still registered with the tracker)"
+        )
+        self.board_id = board_id
 
 
 class NoBoardRegistered(RuntimeError):
@@ -163,8 +179,79 @@ def _request_once(tracker: str, key: str, wait_s: float, session_timeout_s: floa
         raise RuntimeError(f"tracker {tracker} answered {value!r} to a request for {key}")
     url, port, matchkey = value[1]
     opened_at = time.monotonic()
-    remote = rpc.connect(url, port, matchkey, session_timeout_s)
-    return Session(remote=remote, board_id=f"{key}@{url}:{port}", opened_at=opened_at)
+    board_id = f"{key}@{url}:{port}"
+    remote = connect_bounded(lambda: rpc.connect(url, port, matchkey, session_timeout_s), url, port, board_id)
+    return Session(remote=remote, board_id=board_id, opened_at=opened_at)
+
+
+def _peer_sockets(addresses: set[tuple[str, int]]) -> set[int]:
+    """File descriptors of this process's sockets connected to one of ``addresses``."""
+    import os
+
+    found = set()
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc (not Linux): nothing can be woken, the caller's thread is left to the board
+        return found
+    for fd in fds:
+        try:
+            sock = socket.socket(fileno=fd)  # wraps the descriptor without a copy: detached below, never closed
+        except OSError:  # not a socket (or closed meanwhile)
+            continue
+        try:
+            if sock.getpeername()[:2] in addresses:
+                found.add(fd)
+        except (OSError, TypeError, IndexError):  # unconnected, or a Unix socket (its peer is a string)
+            pass
+        finally:
+            sock.detach()
+    return found
+
+
+def connect_bounded(connect: Any, host: str, port: int, board_id: str, handshake_s: float | None = None) -> Any:
+    """``connect()`` (TVM's rpc.connect to ``host:port``) given ``handshake_s`` (default HANDSHAKE_S) to return,
+    else BoardNotAnswering.
+
+    A board that is registered but stopped still has its listening socket, so the kernel accepts the
+    connection and TVM then waits for the handshake forever, in C++ (the GIL released), holding the sweep's
+    measurement slot. The connect runs in a thread; past the limit, the socket it opened is shut down so
+    that the thread ends (TVM sees the connection closed) instead of waiting for a board that may never wake.
+    """
+    import threading
+
+    handshake_s = HANDSHAKE_S if handshake_s is None else handshake_s
+    try:
+        addresses = {(info[4][0], port) for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)}
+    except OSError:
+        addresses = {(host, port)}
+    before = _peer_sockets(addresses)
+    outcome: list[Any] = []
+
+    def attempt() -> None:
+        try:
+            outcome.append(("ok", connect()))
+        except BaseException as exc:  # handed to the caller's thread
+            outcome.append(("error", exc))
+
+    thread = threading.Thread(target=attempt, name=f"rpc-connect {board_id}", daemon=True)
+    thread.start()
+    thread.join(handshake_s)
+    if thread.is_alive():
+        for fd in _peer_sockets(addresses) - before:
+            sock = socket.socket(fileno=fd)
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            finally:
+                sock.detach()
+        # A session the thread opens after all (the board woke just now) is dropped with ``outcome``, which
+        # closes it and frees the board.
+        raise BoardNotAnswering(board_id, handshake_s)
+    kind, value = outcome[0]
+    if kind == "error":
+        raise value
+    return value
 
 
 def key_boards(summary: dict[str, Any], key: str) -> set[str]:
@@ -191,9 +278,9 @@ def request_session(
 
     The tracker picks the board, and its own request blocks forever when none is free, so:
     - every wait is bounded here by socket timeouts against one deadline;
-    - a tracker that drops the connection (restarted) is asked again until the deadline, and a key
-      with no board registered is polled for ``registration_wait_s`` (boards re-register a few
-      seconds after a tracker restart) before NoBoardRegistered;
+    - a tracker that drops the connection (restarted) is asked again, and a key with no board
+      registered is polled, for ``registration_wait_s`` (boards re-register a few seconds after a
+      tracker restart) before TrackerUnreachable or NoBoardRegistered;
     - boards in ``avoid`` (quarantined) are never used and boards in ``prefer_not`` (the board an
       attempt just failed on) only when no other board of the key is free at the deadline. A session
       on such a board is *held* while asking again, so that the tracker must offer a different board
@@ -223,6 +310,11 @@ def request_session(
                 unreachable = None
             except OSError as exc:  # the tracker is restarting: ask again until the deadline
                 unreachable = exc
+                if time.monotonic() - start >= wait_registration:
+                    # As with a key with no board: a job after one that found the tracker gone (its
+                    # registration_wait_s is 0) does not wait device_wait_s again, so the sweep's wait for
+                    # a dead tracker is one device_wait_s per key, not one per job.
+                    raise TrackerUnreachable(tracker, exc) from None
                 time.sleep(min(0.5, max(remaining, 0)))
                 continue
             if not boards:
@@ -244,6 +336,8 @@ def request_session(
                 session = _request_once(tracker, key, remaining, session_timeout_s)
             except DeviceUnavailable:
                 continue  # the deadline has passed: the top of the loop decides
+            except BoardNotAnswering:
+                raise  # the attempt fails on that board (infra), and its retry prefers another
             except Exception:
                 # Tracker dropped the request (restart) or matched a board that just died. Only a summary
                 # says whether the tracker answers: a dead board's refusal must not read as the tracker's.

@@ -1,0 +1,230 @@
+"""A hostile user against the sweep's lifecycle, the scheduler and the farm (the engine room), fifth pass.
+
+- A tracker killed mid-sweep: every job after the first waited ``device_wait_s`` again (a 30 s wait took 60-120 s
+  and more, one wait per distinct program), although later jobs of a key found with no board do not wait.
+- A board agent registered with the tracker but stopped (SIGSTOP): the kernel still accepts the connection on
+  its port and TVM's rpc.connect waited for the handshake forever, so the sweep hung.
+
+Real trackers and board agents on loopback where the behaviour needs them; a virtual clock or a socket that
+never answers at the seams. No Ray, no timing assertions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import onnx
+import pytest
+
+from db.store import ResultStore
+from orchestrator.farm import wait_until
+from orchestrator.plan import plan_jobs
+from orchestrator.scheduling.measurements import FixedBoards
+from tests.conftest import one_error_line, write_sweep
+from tests.test_hostile_user import invoke
+from tests.test_scheduler_rules import FakeBuilder, make_spec, model_ref, runs_of, sweep
+from tvmbench.core.records import Job, MeasureSettings, Run, TargetSpec
+from workers import model_zoo, tracker_client
+from workers.board_session import SessionRunner, acquire_board
+from workers.executors.requests import MeasureRequest
+from workers.tracker_client import BoardNotAnswering, TrackerUnreachable, connect_bounded, request_session
+
+WAIT_S = 60.0  # the most a real tracker or board here may take to start on a busy machine
+
+
+class VirtualClock:
+    """``time`` as the tracker client sees it: sleeping advances the clock at once; calls are counted."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.summaries = 0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def time(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def dead_tracker(monkeypatch: pytest.MonkeyPatch) -> VirtualClock:
+    """A tracker that refuses every connection (killed mid-sweep), under a virtual clock: no real wait."""
+    clock = VirtualClock()
+
+    def refused(tracker: str, timeout_s: float = 10.0) -> Any:
+        clock.summaries += 1
+        if clock.summaries > 10_000:  # the old loop polled until its deadline: a bound, not a hang
+            raise AssertionError("still polling a dead tracker")
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(tracker_client, "time", clock)
+    monkeypatch.setattr(tracker_client, "tracker_summary", refused)
+    return clock
+
+
+def test_a_request_told_not_to_wait_does_not_poll_a_dead_tracker(dead_tracker: VirtualClock) -> None:
+    """``registration_wait_s = 0`` (the key was already found without a board or tracker) ends at the first refusal."""
+    with pytest.raises(TrackerUnreachable):
+        request_session("127.0.0.1:9", "host", deadline_s=30.0, session_timeout_s=5, registration_wait_s=0.0)
+    assert dead_tracker.summaries == 1 and dead_tracker.now == 1000.0
+
+
+def test_a_request_still_waits_its_deadline_for_a_tracker_that_restarts(dead_tracker: VirtualClock) -> None:
+    """The first request of a key keeps polling until its deadline (a restarting tracker comes back)."""
+    with pytest.raises(TrackerUnreachable):
+        request_session("127.0.0.1:9", "host", deadline_s=30.0, session_timeout_s=5)
+    assert dead_tracker.summaries > 1 and 1030.0 <= dead_tracker.now <= 1031.0
+
+
+class DeadTrackerRunner(SessionRunner):
+    """The real board session (artifact check, board request, the job's wait) against the dead tracker."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock = clock
+        self.waited: list[float] = []  # virtual seconds each attempt spent asking for a board
+
+    def run(self, request: MeasureRequest) -> Run:
+        started = self.clock.now
+        run = super().run(request)
+        self.waited.append(self.clock.now - started)
+        return run
+
+    def on_board(self, session: Any, request: MeasureRequest, base: dict[str, Any]) -> Run:
+        raise AssertionError("no board can be reached")
+
+
+def test_a_sweep_whose_tracker_died_waits_device_wait_s_once_per_key(
+    tmp_path: Path, store: ResultStore, dead_tracker: VirtualClock
+) -> None:
+    """Four distinct programs on one key: the first job waits ``device_wait_s`` (30 s), the others none; every
+    job ends pending-device naming the tracker. Before, each waited its own 30 s (120 s for the sweep)."""
+    spec = make_spec(tmp_path, ("k",), opt_levels=(0, 1, 2, 3))
+    spec = replace(spec, measure=replace(spec.measure, device_wait_s=30.0))
+    runner = DeadTrackerRunner(dead_tracker)
+    outcome = sweep(spec, store, tmp_path, FakeBuilder(), runner, boards=FixedBoards(per_key={"k": 1}))
+    assert dict(outcome.statuses) == {"pending-device": 4}, outcome
+    assert len(runner.waited) == 4 and 29.0 <= runner.waited[0] <= 31.0, runner.waited
+    assert runner.waited[1:] == [0.0, 0.0, 0.0], runner.waited
+    statuses = [r[2] for r in runs_of(store, spec.sweep_id)]
+    assert statuses == ["pending-device"] * 4 and len(plan_jobs(spec)) == 4
+
+
+# --- a board that is registered but answers nothing ----------------------------------------------------
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port whose listening socket accepts connections (the kernel does) and never answers: a stopped board."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        yield sock.getsockname()[1]
+
+
+def test_a_handshake_that_never_comes_is_board_not_answering_and_frees_the_thread(silent_port: int) -> None:
+    from tvm import rpc
+
+    board = f"host@127.0.0.1:{silent_port}"
+    before = {t.ident for t in threading.enumerate()}
+    with pytest.raises(BoardNotAnswering) as caught:
+        connect_bounded(
+            lambda: rpc.connect("127.0.0.1", silent_port, "client:x", 5), "127.0.0.1", silent_port, board, 0.5
+        )
+    assert caught.value.board_id == board and board in str(caught.value), caught.value
+    # The socket it opened was shut down, so TVM's wait ends and its thread with it: nothing left blocked.
+    wait_until(lambda: not [t for t in threading.enumerate() if t.ident not in before], WAIT_S, "the connect thread")
+
+
+def test_a_connect_that_answers_returns_its_value_and_raises_its_error() -> None:
+    assert connect_bounded(lambda: "session", "127.0.0.1", 1, "host@127.0.0.1:1", 5.0) == "session"
+    with pytest.raises(ValueError, match="refused"):
+        connect_bounded(lambda: (_ for _ in ()).throw(ValueError("refused")), "127.0.0.1", 1, "b", 5.0)
+
+
+@pytest.fixture
+def stopped_board(home: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """`farm up --key frozen` (a real tracker and board agent), its board stopped (SIGSTOP) once registered:
+    (the board's id, farm.json)."""
+    up = invoke("farm", "up", "--key", "frozen")
+    assert up.exit_code == 0, up.output
+    state = json.loads((home / "farm.json").read_text())
+    (board,) = state["boards"]
+    os.kill(board["pid"], signal.SIGSTOP)
+    try:
+        yield f"frozen@127.0.0.1:{board['port']}", state
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(board["pid"], signal.SIGCONT)
+        down = invoke("farm", "down")
+        assert down.exit_code == 0, down.output
+
+
+def test_a_stopped_board_ends_the_attempt_as_infra_naming_it(
+    stopped_board: tuple[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the request hung in rpc.connect forever (the sweep with it). Now the attempt is ``infra`` on that
+    board (the scheduler retries it on another and the store marks it suspect), saying what to do."""
+    board, state = stopped_board
+    monkeypatch.setattr(tracker_client, "HANDSHAKE_S", 0.5)
+    job = Job(
+        model=model_ref(),
+        target=TargetSpec("frozen", {"kind": "llvm"}, "frozen", "x86_64"),
+        executor="vm-bytecode",
+        opt_level=2,
+        pipeline="per-target",
+        measure=MeasureSettings(device_wait_s=WAIT_S),
+    )
+    run = acquire_board(job, state["tracker"], {"job_key": job.key, "attempt": 1}, deadline_s=WAIT_S)
+    assert isinstance(run, Run) and run.status == "infra" and run.board_id == board, run
+    assert "did not answer the RPC handshake" in run.error and "restart that board agent" in run.error, run.error
+    # `farm status` said "running" of it: it names the stopped process and how to wake it, exit 1.
+    pid = state["boards"][0]["pid"]
+    line = one_error_line(invoke("farm", "status"), exit_code=1)
+    assert f"stopped (SIGSTOP, Ctrl-Z or a debugger: pid {pid})" in line and f"kill -CONT {pid}" in line, line
+    status = invoke("farm", "status", "--json")
+    assert json.loads(status.stdout)["boards"][0]["process"] == "stopped", status.stdout
+
+
+# --- the sweep's last line in a pipe ----------------------------------------------------------------------
+
+
+def test_the_summary_line_of_sweep_run_stays_one_line_in_a_pipe(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resumed sweep's summary (codegen skipped, jobs skipped, shared measurements) runs past 200 characters:
+    in a pipe it was cut into two lines at the console's 200 columns ("... already had results and\\nwere
+    skipped"), which breaks `grep`/`tail -1`. The sweep itself is stood in for: what is printed is the point."""
+    from orchestrator import scheduler
+    from orchestrator.scheduling.events import SweepOutcome
+    from tvmbench.cli.common import console as cli_console
+
+    spec_file = write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n')
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+
+    def finished(spec: Any, store: ResultStore, *args: Any, **kwargs: Any) -> SweepOutcome:
+        store.begin_sweep(spec.sweep_id, name=spec.name, label="", source="", source_path="", jobs=[],
+                          model_sizes={}, tvm_version="0")  # fmt: skip
+        outcome = SweepOutcome(spec.sweep_id, new=False, jobs=12, already_final=10, built=2, codegen_skipped=1)
+        outcome.equivalent, outcome.statuses = 1, Counter(ok=12)
+        return outcome
+
+    monkeypatch.setattr(scheduler, "execute_sweep", finished)
+    monkeypatch.setattr(cli_console, "width", 200)  # what a pipe gets (tvmbench/cli/common.py), whatever pytest's
+    result = invoke("sweep", "run", str(spec_file), "--db", str(tmp_path / "r.db"))
+    assert result.exit_code == 0, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("sweep ") and len(last) > 200, result.output
+    assert last.endswith("1 job(s) built a program identical to another's and share its measurement"), last
