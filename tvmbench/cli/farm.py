@@ -157,6 +157,8 @@ def farm_status(as_json: JsonOpt = False) -> None:
             alive = True
         except (ProcessLookupError, PermissionError, ValueError):
             alive = False
+        process = _process_state(int(b["pid"])) if alive else "not running"
+        alive = process != "not running"
         rows.append(
             {
                 "key": b["key"],
@@ -165,10 +167,12 @@ def farm_status(as_json: JsonOpt = False) -> None:
                 "port": b["port"],
                 "pid": b["pid"],
                 "running": alive,
+                "process": process,
             }
         )
     problem = _tracker_problem(state)
     dead = [row for row in rows if not row["running"]]
+    stopped = [row for row in rows if row["process"] == "stopped"]
     if as_json:
         print_json(
             {
@@ -184,18 +188,36 @@ def farm_status(as_json: JsonOpt = False) -> None:
         for row in rows:
             console.print(
                 f"  {row['key']:<24} TVM {row['tvm']:<14} toolchain {row['toolchain']:<10} port {row['port']:<6} "
-                f"pid {row['pid']:<8} {'running' if row['running'] else 'not running'}"
+                f"pid {row['pid']:<8} {row['process']}"
             )
     # Non-zero when the farm cannot serve as recorded, so that scripts can ask `farm status` whether it is up.
     if problem is not None:
         restart = "`tvmbench farm down` then `tvmbench farm up`"
         fix = restart if state.get("managed") else f"start it again, or {restart} for a local farm instead"
         fail(f"the farm's tracker {state['tracker']} {problem}; {fix}")
+    if stopped:
+        # A stopped agent stays registered and takes connections it never answers: each job offered it
+        # waits for its handshake (tracker_client.HANDSHAKE_S), then retries elsewhere.
+        pids = " ".join(str(r["pid"]) for r in stopped)
+        fail(
+            f"{len(stopped)} of {len(rows)} board(s) stopped (SIGSTOP, Ctrl-Z or a debugger: pid {pids}); "
+            f"`kill -CONT {pids}` lets them serve again"
+        )
     if dead:
         fail(
             f"{len(dead)} of {len(rows)} board(s) not running (pid {', '.join(str(r['pid']) for r in dead)}); "
             "`tvmbench farm down` then `tvmbench farm up` starts them again"
         )
+
+
+def _process_state(pid: int) -> str:
+    """ "running", "stopped" (SIGSTOP, traced) or "not running" (a zombie) for a process that exists."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):  # no /proc here: what os.kill said
+        return "running"
+    return {"T": "stopped", "t": "stopped", "Z": "not running", "X": "not running"}.get(state, "running")
 
 
 def _tracker_problem(state: dict[str, Any]) -> str | None:
