@@ -100,9 +100,9 @@ def sweep_plan(
         return
     report.plan_table(console, spec.sweep_id, rows)
     for line in _toolchain_lines(needs, rows):
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, soft_wrap=True)
     if default:
-        console.print(default, highlight=False)
+        console.print(default, highlight=False, soft_wrap=True)
 
 
 def _toolchain_needs(spec: SweepSpec) -> list:
@@ -261,7 +261,9 @@ def _execute(
         print_json({"sweep_id": spec.sweep_id, "outcome": outcome.summary(), "results": rows})
     else:
         report.results_table(console, rows, title=f"sweep {spec.sweep_id} ({spec.name})")
-        console.print(report.outcome_line(outcome))
+        # One line however long (several hundred characters with every part): a pipe or a file gets it whole,
+        # not cut at the console's 200 columns; a terminal wraps it itself.
+        console.print(report.outcome_line(outcome), soft_wrap=True)
     if not outcome.complete:
         raise typer.Exit(3)
     if any(status != "ok" for status in outcome.statuses):
