@@ -30,7 +30,13 @@ def resume_spec(store: ResultStore, sweep: Any) -> tuple[SweepSpec, list[str]]:
     try:
         spec = parse_spec(sweep.source, base=where.parent, source_path=sweep.source_path)
     except SpecError as exc:
-        raise SpecError(f"sweep {sweep.id} can no longer be loaded: {exc}{_relative_hint(sweep, relative)}") from None
+        # The stored text cannot be edited, so the parser's own advice ("give the path ...") is not enough:
+        # what a resume needs is the file back where the sweep found it.
+        raise SpecError(
+            f"sweep {sweep.id} can no longer be loaded: {exc}{_relative_hint(sweep, relative)}; a resume runs the "
+            f"plan stored with the sweep, so restore that file where it was, or run a sweep file that names "
+            f"the models as they are now (`tvmbench sweep run FILE`: a new sweep)"
+        ) from None
     if sweep.label:
         spec = replace(spec, label=sweep.label)
     if spec.sweep_id != sweep.id:

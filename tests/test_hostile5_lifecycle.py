@@ -228,3 +228,32 @@ def test_the_summary_line_of_sweep_run_stays_one_line_in_a_pipe(
     last = result.output.strip().splitlines()[-1]
     assert last.startswith("sweep ") and len(last) > 200, result.output
     assert last.endswith("1 job(s) built a program identical to another's and share its measurement"), last
+
+
+# --- resume: another --db, a model gone --------------------------------------------------------------------
+
+
+def test_resume_with_a_db_that_lacks_the_sweep_creates_no_database(tmp_path: Path, home: Path) -> None:
+    """`sweep resume ID --db other.db` (a typo, the wrong machine's path) said the sweep is not there but
+    left an empty other.db behind; a read command does not create one, and neither does this now."""
+    target = tmp_path / "other.db"
+    line = one_error_line(invoke("sweep", "resume", "0123abcd", "--db", str(target)), exit_code=2)
+    assert "no sweep '0123abcd'" in line and f"{target} (no such file)" in line, line
+    assert not list(tmp_path.glob("other.db*")), list(tmp_path.iterdir())
+
+
+def test_resume_of_a_sweep_whose_model_is_gone_says_to_restore_it(tmp_path: Path, store: ResultStore) -> None:
+    """The parser's advice ("give the path of a .onnx file") cannot be followed for a stored plan: the line
+    says to restore the file, or to run a sweep file as it is now."""
+    from types import SimpleNamespace
+
+    from orchestrator.resume import resume_spec
+    from orchestrator.spec import SpecError
+
+    text = '[[models]]\npath = "gone.onnx"\n'
+    sweep_row = SimpleNamespace(id="abc", source=text, source_path=str(tmp_path / "s.toml"), label="")
+    with pytest.raises(SpecError) as caught:
+        resume_spec(store, sweep_row)
+    message = str(caught.value)
+    assert "gone.onnx" in message and "restore that file where it was" in message, message
+    assert "`tvmbench sweep run FILE`" in message, message

@@ -334,8 +334,9 @@ def sweep_resume(
     from orchestrator.resume import resume_spec
 
     tables(wide, only, tsv, as_json)
+    _no_such_file_no_sweep(db, sweep_id)
     store = open_store(db)
-    sweep = call(store.get_sweep, sweep_id)  # a prefix of several sweeps: one line, exit 2
+    sweep = call(store.get_sweep, sweep_id)
     if sweep is None:
         from orchestrator.submit import no_sweep
 
@@ -344,6 +345,20 @@ def sweep_resume(
     for line in notes:
         note(line)
     _execute(spec, db, tracker, ray_address, boards, as_json, reopen_cancelled=True, provision=not no_provision)
+
+
+def _no_such_file_no_sweep(db: str | None, sweep_id: str) -> None:
+    """Where the --db is a SQLite file that does not exist, the sweep cannot be in it: one line, exit 2, and
+    no empty database left behind (a typo, another machine's path), as from a read command."""
+    from db.engine import default_url, sqlite_path
+
+    url = as_url(db) if db else default_url()
+    path = sqlite_path(url)
+    if path is None or path.exists() or path.is_symlink():
+        return  # a database there (or a server): opened as before, created or migrated by the writer
+    from orchestrator.submit import no_sweep
+
+    fail(no_sweep(None, sweep_id, f"{shown_url(url)} (no such file)"), code=NOT_FOUND)
 
 
 # --- sweeps on a Ray cluster (orchestrator/submit.py) ---------------------------------------------
