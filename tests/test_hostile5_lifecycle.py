@@ -257,3 +257,49 @@ def test_resume_of_a_sweep_whose_model_is_gone_says_to_restore_it(tmp_path: Path
     message = str(caught.value)
     assert "gone.onnx" in message and "restore that file where it was" in message, message
     assert "`tvmbench sweep run FILE`" in message, message
+
+
+# --- the Python API given the wrong types ------------------------------------------------------------------
+
+
+def test_the_api_takes_a_path_object_for_db_and_plans_on_a_fresh_machine(tmp_path: Path, home: Path) -> None:
+    """``tvmbench.open(Path(...))`` was "PosixPath(...) is not a database URL"; ``tvmbench.plan`` with no
+    database yet raised "no results database ... run a sweep first" where `sweep plan` plans with nothing cached."""
+    import tvmbench
+    from tests.test_store_backends import begin
+
+    db = tmp_path / "r.db"
+    begin(ResultStore(str(db)), "abcdef123456")
+    with tvmbench.open(db) as results:
+        assert list(results.sweeps()["sweep_id"]) == ["abcdef123456"]
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    planned = tvmbench.plan(write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\n'))
+    assert len(planned) >= 1 and not list(home.glob("*.db*")), list(home.iterdir())
+    assert len(tvmbench.plan(tmp_path / "sweep.toml", db=db)) == len(planned)
+
+
+def test_the_api_refuses_wrong_types_and_ranges_before_anything_starts(tmp_path: Path, home: Path) -> None:
+    """Each was an AttributeError or numpy's words from deep inside (an int tracker, a progress that is no
+    function once builds ran, confidence 2, a sweep compared with itself answered as ratio 1 everywhere)."""
+    import tvmbench
+    from tests.test_store_backends import begin
+    from tvmbench.answers.query import QueryError
+
+    sweep_file = tmp_path / "none.toml"  # never read: the types are checked first
+    with pytest.raises(TypeError, match="tracker must be a 'HOST:PORT' string, not int 9190"):
+        tvmbench.run(sweep_file, tracker=9190)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="progress must be a function"):
+        tvmbench.run(sweep_file, progress=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="db must be a database URL or a SQLite file's path"):
+        tvmbench.open(5)  # type: ignore[arg-type]
+    db = tmp_path / "r.db"
+    begin(ResultStore(str(db)), "abcdef123456")
+    with tvmbench.open(db) as results:
+        with pytest.raises(ValueError, match="confidence 2: must be above 0 and below 1"):
+            results.best(confidence=2)
+        with pytest.raises(ValueError, match="lookback 0: must be at least 1"):
+            results.history("abc", lookback=0)
+        with pytest.raises(ValueError, match="since = 'yesterday' is no date"):
+            results.query(since="yesterday")
+        with pytest.raises(QueryError, match="on both sides: give two different sweeps"):
+            results.compare("abcdef", "abcdef123456")

@@ -34,7 +34,7 @@ def _frame(rows: builtins.list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(records(rows))
 
 
-def plan(path: str | Path, *, label: str | None = None, db: str | None = None) -> pd.DataFrame:
+def plan(path: str | Path, *, label: str | None = None, db: str | Path | None = None) -> pd.DataFrame:
     """The job matrix of a sweep file (what `sweep plan` prints): one row per job, with what is cached.
 
     ``db``: the results database whose builds and results count as done (default: TVMBENCH_DB or the
@@ -47,7 +47,8 @@ def plan(path: str | Path, *, label: str | None = None, db: str | None = None) -
     from orchestrator.spec import load_spec
 
     spec = load_spec(path, label=label)
-    rows = plan_rows(spec, ResultStore(db, read_only=True))
+    # As `sweep plan`: where no database exists yet (a fresh machine) nothing is cached, and none is created.
+    rows = plan_rows(spec, ResultStore(_db(db), read_only=True, missing="empty"))
     return pd.DataFrame(rows).assign(sweep_id=spec.sweep_id)
 
 
@@ -74,7 +75,7 @@ class SweepRun:
 def run(
     path: str | Path,
     *,
-    db: str | None = None,
+    db: str | Path | None = None,
     label: str | None = None,
     tracker: str | None = None,
     ray_address: str | None = None,
@@ -95,7 +96,14 @@ def run(
     from tvmbench.answers.query import results
 
     check_board_count(boards)  # before anything is opened or started: FarmError, one line
+    # Checked before anything starts: a wrong type here used to fail deep in the run (an int tracker in the
+    # address parser, a progress that is no function at the first event, once builds had started).
+    if tracker is not None and not isinstance(tracker, str):
+        raise TypeError(f"tracker must be a 'HOST:PORT' string, not {type(tracker).__name__} {tracker!r}")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be a function of (event, counts), not {type(progress).__name__}")
     spec = load_spec(path, label=label)
+    db = _db(db)
     refuse_in_memory(db)  # a sweep run into memory would be lost with this process
     store = ResultStore(db)
     outcome = scheduler.execute_sweep(
@@ -108,10 +116,10 @@ def run(
 class Results:
     """A results database, read only: ``tvmbench.open(db)``."""
 
-    def __init__(self, db: str | None = None) -> None:
+    def __init__(self, db: str | Path | None = None) -> None:
         from db.store import ResultStore
 
-        self.store: ResultStore = ResultStore(db, read_only=True)
+        self.store: ResultStore = ResultStore(_db(db), read_only=True)
 
     def close(self) -> None:
         """Let go of the database's connections (``with tvmbench.open(db) as results:`` does it on exit)."""
@@ -146,6 +154,7 @@ class Results:
         """Per (model, board): the fastest correct configuration with its CI and speed-ups (`results best`)."""
         from tvmbench.answers.ranking import best
 
+        _check_range("confidence", confidence, 0, 1, open_low=True)
         return _frame(best(self.store, _filters(filters), confidence=confidence, metric=metric))
 
     def compare(self, a: str, b: str, *, threshold: float = 0.05, alpha: float = 0.05) -> pd.DataFrame:
@@ -155,7 +164,10 @@ class Results:
         """
         from tvmbench.answers.compare import compare
 
-        result = compare(self.store, a, b, threshold=threshold, alpha=alpha)
+        _check_range("threshold", threshold, 0)
+        _check_range("alpha", alpha, 0, 1, open_low=True)
+        # distinct: a sweep against itself is ratio 1 everywhere, refused as `results compare` refuses it.
+        result = compare(self.store, a, b, threshold=threshold, alpha=alpha, distinct=True)
         df = _frame(result.rows)
         df.attrs["summary"] = result.summary()
         return df
@@ -168,6 +180,8 @@ class Results:
         """
         from tvmbench.answers.releases import releases
 
+        _check_range("threshold", threshold, 0)
+        _check_range("alpha", alpha, 0, 1, open_low=True)
         result = releases(self.store, _filters(filters), threshold=threshold, alpha=alpha)
         df = _frame(result.rows)
         df.attrs.update(summary=result.summary(), releases=list(result.releases), failed=result.failed)
@@ -180,13 +194,14 @@ class Results:
 
         from tvmbench.answers.regressions import Params, history
 
+        _check_range("lookback", lookback, 1)
         data = history(self.store, job, method=method, params=Params(lookback=lookback))
         df = pd.DataFrame(data.pop("points"))
         df.attrs.update(data)
         return df
 
 
-def open(db: str | None = None) -> Results:
+def open(db: str | Path | None = None) -> Results:
     """The results database at ``db`` (a SQLAlchemy URL or a SQLite file's path; default: TVMBENCH_DB or
     SQLite in TVMBENCH_HOME)."""
     return Results(db)
@@ -203,5 +218,36 @@ def _filters(given: dict[str, Any]) -> Filters:
     values = dict(given)
     for key in ("since", "until"):
         if isinstance(values.get(key), str):
-            values[key] = datetime.fromisoformat(values[key])
+            try:
+                values[key] = datetime.fromisoformat(values[key])
+            except ValueError:
+                raise ValueError(
+                    f"{key} = {values[key]!r} is no date: give a datetime or an ISO string ('2026-01-31', "
+                    "'2026-01-31T12:00')"
+                ) from None
     return Filters(**values)
+
+
+def _db(db: Any) -> str | None:
+    """``db`` as the store takes it: a URL or a path, given as a string or a ``pathlib.Path``."""
+    import os
+
+    if db is None or isinstance(db, str):
+        return db
+    if isinstance(db, os.PathLike):
+        return os.fspath(db)
+    raise TypeError(f"db must be a database URL or a SQLite file's path (str or Path), not {type(db).__name__}")
+
+
+def _check_range(name: str, value: Any, low: float, high: float | None = None, *, open_low: bool = False) -> None:
+    """ValueError naming ``name`` unless low <(=) value <(=) high and finite (the CLI's ranges, as a library)."""
+    import math
+
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number, not {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} {value:g}: must be a finite number")
+    above = value > low if open_low else value >= low
+    if not (above and (high is None or value < high)):
+        bounds = f"{'above' if open_low else 'at least'} {low:g}" + (f" and below {high:g}" if high is not None else "")
+        raise ValueError(f"{name} {value:g}: must be {bounds}")
