@@ -303,3 +303,34 @@ def test_the_api_refuses_wrong_types_and_ranges_before_anything_starts(tmp_path:
             results.query(since="yesterday")
         with pytest.raises(QueryError, match="on both sides: give two different sweeps"):
             results.compare("abcdef", "abcdef123456")
+
+
+# --- cancel while the driver is stopped ----------------------------------------------------------------------
+
+
+def test_a_driver_woken_after_sweep_cancel_marked_its_jobs_stops_there(
+    tmp_path: Path, store: ResultStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sweep cancel` of a stopped driver (SIGSTOP, Ctrl-Z) waits, then marks the jobs itself. The driver,
+    woken (SIGCONT), only looked for "cancelling": it measured the cancelled jobs, printed "12 jobs (12 ok)",
+    exit 0, and stored the sweep as complete. Now it stops at once and counts them cancelled."""
+    from orchestrator.scheduling import sweep as loop
+    from orchestrator.submit import CANCEL_REASON
+    from tests.test_scheduler_rules import FakeRunner
+
+    monkeypatch.setattr(loop, "CANCEL_POLL_S", 0.0)
+    spec = make_spec(tmp_path, ("k",) * 6)
+
+    def cancelled_meanwhile(job: Job, attempt: int, board: str) -> str:
+        if len(runner.calls) == 2:  # what cancel_local does once its wait for the driver ran out
+            store.request_cancel(spec.sweep_id)
+            store.cancel_pending_jobs(spec.sweep_id, CANCEL_REASON)
+        return "ok"
+
+    runner = FakeRunner(outcome=cancelled_meanwhile)
+    outcome = sweep(spec, store, tmp_path, FakeBuilder(), runner, boards=FixedBoards(per_key={"k": 1}))
+    assert len(runner.calls) == 2, runner.calls
+    assert store.get_sweep(spec.sweep_id).status == "cancelled"
+    # The second job's measurement was under way when its row was marked: its result does not replace that.
+    assert Counter(store.job_statuses(spec.sweep_id).values()) == Counter({"ok": 1, "cancelled": 5})
+    assert outcome.statuses == Counter({"ok": 2, "cancelled": 4}), outcome.statuses

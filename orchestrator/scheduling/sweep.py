@@ -470,12 +470,20 @@ class SweepRun:
         if now - self._cancel_polled < CANCEL_POLL_S:
             return False
         self._cancel_polled = now
-        return self.store.sweep_status(self.sweep_id) == "cancelling"
+        # "cancelled" too: `sweep cancel` marks the jobs itself when the driver does not answer within its
+        # wait (stopped by SIGSTOP, Ctrl-Z or a debugger, not gone); a driver woken later must stop as well,
+        # not measure jobs already cancelled and then call the sweep complete.
+        return self.store.sweep_status(self.sweep_id) in ("cancelling", "cancelled")
 
     def _cancel(self) -> None:
         """Stop everything in flight and mark what has no final row ``cancelled``."""
         self.pool.cancel(list(self.in_flight))
         self.in_flight.clear()
         before = self.store.job_statuses(self.sweep_id)
-        self.listener.on_cancel(sum(status in PENDING_STATUSES for status in before.values()))
+        # Jobs of this run without an outcome here, which the cancel command may have marked already.
+        open_here = {s.key for states in self.by_build.values() for s in states if s.status == "pending"}
+        pending = sum(
+            status in PENDING_STATUSES or (status == "cancelled" and key in open_here) for key, status in before.items()
+        )
+        self.listener.on_cancel(pending)
         self.cancelled = True
