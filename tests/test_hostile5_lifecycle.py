@@ -334,3 +334,18 @@ def test_a_driver_woken_after_sweep_cancel_marked_its_jobs_stops_there(
     # The second job's measurement was under way when its row was marked: its result does not replace that.
     assert Counter(store.job_statuses(spec.sweep_id).values()) == Counter({"ok": 1, "cancelled": 5})
     assert outcome.statuses == Counter({"ok": 2, "cancelled": 4}), outcome.statuses
+
+
+def test_a_request_told_not_to_wait_gives_a_silent_tracker_a_short_look(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stopped tracker (SIGSTOP) takes connections and never answers: each job after the first spent the
+    summary's full 10 s finding that out again. With ``registration_wait_s = 0`` the look is LAST_LOOK_S."""
+    asked: list[float] = []
+
+    def silent(tracker: str, timeout_s: float = 10.0) -> Any:
+        asked.append(timeout_s)
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(tracker_client, "tracker_summary", silent)
+    with pytest.raises(TrackerUnreachable):
+        request_session("127.0.0.1:9", "host", deadline_s=30.0, session_timeout_s=5, registration_wait_s=0.0)
+    assert asked == [tracker_client.LAST_LOOK_S], asked

@@ -25,6 +25,7 @@ MAX_MESSAGE_BYTES = 64 << 20  # a summary of thousands of boards is a few hundre
 # A live board answers the RPC handshake in its accept loop within milliseconds (an emulated one too); TVM's
 # own rpc.connect waits for it forever.
 HANDSHAKE_S = 20.0
+LAST_LOOK_S = 2.0  # a live tracker answers a summary in milliseconds
 
 
 class NotATracker(ConnectionError):
@@ -306,7 +307,12 @@ def request_session(
                     raise TrackerUnreachable(tracker, unreachable)
                 raise DeviceUnavailable(key) if seen_board else NoBoardRegistered(key)
             try:
-                boards = key_boards(tracker_summary(tracker, timeout_s=min(10.0, remaining)), key)
+                # Past the registration wait (a key already found without a board or tracker) this is one
+                # last look, not a wait: a stopped tracker (SIGSTOP, a hung host) takes the connection and
+                # never answers, and each later job would spend 10 s finding that out again.
+                waiting = time.monotonic() - start < wait_registration
+                probe_s = min(10.0 if waiting else LAST_LOOK_S, remaining)
+                boards = key_boards(tracker_summary(tracker, timeout_s=probe_s), key)
                 unreachable = None
             except OSError as exc:  # the tracker is restarting: ask again until the deadline
                 unreachable = exc
