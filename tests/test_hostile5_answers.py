@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -97,3 +99,41 @@ def test_a_bidi_override_in_a_name_is_shown_escaped_in_tables_and_lines(store: R
         code, out = _cli(*args, "--db", store.url)
         assert code == 0 and "\u202e" not in out and "\u2067" not in out, (args, out)
         assert "m\\u202eode" in out or "l\\u2067x" in out, (args, out)
+
+
+# --- 4: `results list` of a million jobs took 22 GB (every row as ORM objects, then a table of them all) ----
+
+
+def _many_jobs(store: ResultStore, n: int) -> str:
+    """A sweep of one real job copied ``n - 1`` times by SQL (what a big sweep looks like to the reads)."""
+    add_sweep(store, "many0001", [Result(samples=noisy(1.0))])
+    path = store.url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "WITH RECURSIVE k(i) AS (SELECT 2 UNION ALL SELECT i + 1 FROM k WHERE i < ?) "
+            "INSERT INTO jobs (sweep_id, job_key, model_sha256, model_name, target_name, board_key, executor, "
+            "opt_level, pipeline, build_key, config, status, final_run_id) SELECT j.sweep_id, printf('%064x', i), "
+            "j.model_sha256, 'm' || i, j.target_name, j.board_key, j.executor, j.opt_level, j.pipeline, j.build_key, "
+            "j.config, j.status, j.final_run_id FROM k, (SELECT * FROM jobs LIMIT 1) j",
+            (n,),
+        )
+    return path
+
+
+def test_results_list_shows_a_bounded_table_and_streams_json(store: ResultStore) -> None:
+    _many_jobs(store, 260)
+    code, out = _cli("results", "list", "--db", store.url)
+    shown = [x for x in out.splitlines() if re.search(r"\s(m\d+|tiny_cnn)\s", x)]
+    assert code == 0 and "showing the first 200 rows: --limit N shows more, --tsv or --json all of them" in out
+    assert len(shown) == 200, out  # before: all 260 rows (a million: 22 GB and minutes), no line
+    code, out = _cli("results", "list", "--limit", "3", "--columns", "model", "--db", store.url)
+    assert code == 0 and "showing the first 3 rows" in out, out
+    code, out = _cli("results", "list", "--limit", "0", "--db", store.url)
+    assert code == 2 and "--limit" in out, out
+    code, out = _cli("results", "list", "--json", "--db", store.url)
+    rows = json.loads(out)  # streamed row by row, in print_json's layout
+    assert code == 0 and len(rows) == 260 and out == json.dumps(rows, indent=2, default=str) + "\n"
+    code, out = _cli("results", "list", "--tsv", "--db", store.url)
+    assert code == 0 and len([x for x in out.splitlines() if "\t" in x]) == 261  # --tsv: every row
+    code, out = _cli("results", "list", "--sweep", "many0001", "--json", "--limit", "2", "--db", store.url)
+    assert code == 0 and len(json.loads(out)) == 2

@@ -8,7 +8,7 @@ Sweeps and boards as lists are in tvmbench/answers/overview.py (re-exported here
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -38,6 +38,7 @@ class NoSuchJob(LookupError):
 
 
 MB = 1024 * 1024
+RESULT_BATCH = 1000  # rows `results list` reads at a time (iter_results)
 SQL_INT_MAX = 2**63 - 1  # the largest integer SQLite and PostgreSQL take (a LIMIT beyond it overflows)
 # Executors whose RAM is fixed at build (firmware): their static figure is their peak.
 STATIC_RAM_EXECUTORS = static_memory_names()
@@ -304,9 +305,16 @@ def pivot(df: pd.DataFrame, rows: Sequence[str], columns: str, value: str = "med
 # --- rows for `results list/show`, `farm list` ----------------------------------------------------
 
 
-def results(store: ResultStore, sweep_id: str | None = None) -> list[dict[str, Any]]:
+def results(store: ResultStore, sweep_id: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
     """One flat row per job (its final run's figures joined in), newest sweep first; ``sweep_id``: only
-    that sweep's (an id, unique id prefix or label: QueryError when it names none or several)."""
+    that sweep's (an id, unique id prefix or label: QueryError when it names none or several); ``limit``:
+    at most that many rows."""
+    return list(iter_results(store, sweep_id, limit))
+
+
+def iter_results(store: ResultStore, sweep_id: str | None = None, limit: int | None = None) -> Iterator[dict[str, Any]]:
+    """``results`` one row at a time, read in batches: a sweep of a million jobs streams in bounded memory
+    (the whole list took 22 GB as ORM objects and rows, and the machine with it)."""
     stmt = (
         select(m.Job, m.Run, m.Build, m.Sweep.tvm_version)
         .join(m.Sweep, m.Sweep.id == m.Job.sweep_id)
@@ -316,8 +324,12 @@ def results(store: ResultStore, sweep_id: str | None = None) -> list[dict[str, A
     )
     if sweep_id is not None:  # --sweep "" names no sweep: an error, not every sweep
         stmt = stmt.where(m.Job.sweep_id == resolve_sweep(store, sweep_id).id)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    # The session keeps its objects only weakly: a batch is garbage once its rows are made.
     with store.read() as s:
-        return [_result_row(job, run, build, tvm) for job, run, build, tvm in s.execute(stmt)]
+        for job, run, build, tvm in s.execute(stmt.execution_options(yield_per=RESULT_BATCH)):
+            yield _result_row(job, run, build, tvm)
 
 
 def job_detail(store: ResultStore, job_ref: str, sweep_id: str | None = None) -> dict[str, Any] | None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.text import Text
@@ -33,6 +36,7 @@ report = lazy("tvmbench.answers.report")
 tuning_answers = lazy("tvmbench.answers.tuning")
 
 app = typer.Typer(no_args_is_help=True, help="Query the results database.")
+TABLE_ROWS = 200  # rows a terminal table shows unless --limit says otherwise (--tsv, --json: every row)
 
 
 def _name_notes() -> None:
@@ -58,18 +62,41 @@ def results_list(
     wide: WideOpt = False,
     only: ColumnsOpt = None,
     tsv: TsvOpt = False,
+    limit: Annotated[
+        int | None, typer.Option(help=f"At most this many rows (a table: {TABLE_ROWS}; --tsv and --json: all).")
+    ] = None,
 ) -> None:
     """One row per job: configuration, status, median latency, error against ONNX Runtime."""
     from tvmbench.answers import query
 
     tables(wide, only, tsv, as_json)
     _name_notes()
+    if limit is not None:
+        check_range("--limit", limit, 1)
+    table_only = not (as_json or tsv)
+    shown = TABLE_ROWS if table_only and limit is None else limit
     with failures_as_lines():  # an unknown or ambiguous --sweep: one line, exit 2
-        rows = query.results(open_store(db, read_only=True), sweep)
-    if as_json:
-        print_json(rows)
-        return
-    report.results_table(console, rows, title=f"sweep {sweep}" if sweep else "all sweeps")
+        store = open_store(db, read_only=True)
+        if as_json:  # streamed: a sweep of a million jobs is never all in memory at once
+            _stream_json(query.iter_results(store, sweep, limit))
+            return
+        # One row more than shown says whether there are more (no COUNT over a million jobs).
+        rows = query.results(store, sweep, None if shown is None else shown + 1)
+    more = shown is not None and len(rows) > shown
+    report.results_table(console, rows[:shown], title=f"sweep {sweep}" if sweep else "all sweeps")
+    if more and table_only:
+        console.print(f"showing the first {shown} rows: --limit N shows more, --tsv or --json all of them")
+
+
+def _stream_json(rows: Iterator[dict[str, Any]]) -> None:
+    """``rows`` as print_json writes a list (indented by 2), one row at a time."""
+    out = sys.stdout
+    opened = False
+    for row in rows:
+        out.write(",\n  " if opened else "[\n  ")
+        out.write(json.dumps(row, indent=2, default=str).replace("\n", "\n  "))
+        opened = True
+    out.write("\n]\n" if opened else "[]\n")
 
 
 @app.command("sweeps")
@@ -168,9 +195,6 @@ def _filters(sweep, model, target, board, executor, opt_level, pipeline, status,
         since=_when(since, "--since"),
         until=_when(until, "--until"),
     )
-
-
-TABLE_ROWS = 200
 
 
 def _split(value: str | None) -> list[str]:
