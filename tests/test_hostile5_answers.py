@@ -9,14 +9,18 @@ import re
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from db.store import ResultStore
-from tests.synthetic import Result, add_sweep, noisy
+from tests.synthetic import T0, Result, add_sweep, noisy
+from tests.test_dashboard import get, running
 from tvmbench.cli import app
+from tvmbench.dashboard.server import open_readonly
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,3 +141,31 @@ def test_results_list_shows_a_bounded_table_and_streams_json(store: ResultStore)
     assert code == 0 and len([x for x in out.splitlines() if "\t" in x]) == 261  # --tsv: every row
     code, out = _cli("results", "list", "--sweep", "many0001", "--json", "--limit", "2", "--db", store.url)
     assert code == 0 and len(json.loads(out)) == 2
+
+
+# --- 5: a repeated query key was answered about its last value without a word -----------------------------
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[str]:
+    """A real dashboard (uvicorn over HTTP) on a database of two sweeps."""
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    store = ResultStore(url)
+    for i, sweep_id in enumerate(("rep000000001", "rep000000002")):
+        add_sweep(store, sweep_id, [Result(samples=noisy(4.0 + i, seed=i))], created_at=T0 + timedelta(days=i))
+    store.close()
+    reader = open_readonly(url)
+    with running(reader) as base:
+        yield base
+    reader.close()
+
+
+def test_a_repeated_query_key_is_400_naming_it(served: str) -> None:
+    a, b = "rep000000001", "rep000000002"
+    status, _, body = get(f"{served}/api/compare?a={a}&a={b}&b={b}")  # before: 200, compared b with b
+    assert status == 400 and json.loads(body)["error"] == "?a= is given 2 times: give it once", body
+    status, _, page = get(f"{served}/compare?a={a}&b={b}&b={a}")
+    assert status == 400 and "?b= is given 2 times: give it once" in page, page[:300]
+    status, _, body = get(f"{served}/api/history/{'0' * 8}?method=mad&method=zscore")
+    assert status == 400 and "?method= is given 2 times" in body, body
+    assert get(f"{served}/api/compare?a={a}&b={b}")[0] == 200

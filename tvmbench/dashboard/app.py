@@ -76,14 +76,20 @@ MAX_VALUE = 512
 MAX_WATCH = 16384
 
 
-def too_long(request: Request) -> str | None:
-    """What is wrong when a query or path value of ``request`` is over its bound, else None."""
+def refused_values(request: Request) -> str | None:
+    """What is wrong when a query or path value of ``request`` is over its bound or a query key is repeated,
+    else None."""
     values = [(f"?{k}=", v) for k, v in request.query_params.multi_items()]
     values += [(f"{{{k}}} in the path", str(v)) for k, v in request.path_params.items()]
     for name, value in values:
         limit = MAX_WATCH if name == "?watch=" else MAX_VALUE
         if len(value) > limit:
             return f"{name} is {len(value)} characters long; at most {limit} are answered: shorten it"
+    # Each parameter names one thing: `?a=X&a=Y` answered about Y alone, without a word (compare, history).
+    keys = [k for k, _ in request.query_params.multi_items()]
+    twice = next((k for k in keys if keys.count(k) > 1), None)
+    if twice is not None:
+        return f"?{twice}= is given {keys.count(twice)} times: give it once"
     return None
 
 
@@ -147,10 +153,10 @@ def create_app(
         return not_found(request, message, 503)
 
     def bounded(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
-        """``handler``, answering 400 instead when a query or path value is over its bound (too_long)."""
+        """``handler``, answering 400 instead when a query or path value is over its bound or repeated."""
 
         def checked(request: Request) -> Response:
-            problem = too_long(request)
+            problem = refused_values(request)
             return not_found(request, problem, 400) if problem else handler(request)
 
         return checked
