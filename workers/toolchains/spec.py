@@ -61,20 +61,66 @@ def wheel_version(path: Path) -> str:
     return parts[1] if len(parts) >= 5 else path.stem
 
 
+# PEP 427: {distribution}-{version}(-{build})?-{python}-{abi}-{platform}.whl, no part holding a space or "-".
+_WHEEL_NAME = re.compile(
+    r"^[A-Za-z0-9_.]+-[A-Za-z0-9_.!+]+(-\d[A-Za-z0-9_.]*)?-[A-Za-z0-9_.]+-[A-Za-z0-9_.]+-[A-Za-z0-9_.]+\.whl$"
+)
+
+
+def same_version(a: str, b: str) -> bool:
+    """Whether two version texts are one PEP 440 version (packaging's comparison; text where it cannot read)."""
+    try:
+        from packaging.version import InvalidVersion, Version
+    except ImportError:
+        return a == b
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
 def check_wheel(path: Path) -> str:
-    """The TVM version of a wheel file (ToolchainError when it is missing, not a wheel, or not apache-tvm)."""
+    """The TVM version of a wheel file (ToolchainError when it is missing, not a wheel, or not apache-tvm).
+
+    Everything pip would refuse about the file itself is refused here, before a venv is made for it.
+    """
     if not path.exists():
         raise ToolchainError(f"wheel {path} does not exist: give the path of an apache-tvm .whl file")
     if not path.is_file() or path.suffix != ".whl" or not zipfile.is_zipfile(path):
         raise ToolchainError(f"{path} is not a wheel (a .whl zip archive): give the path of an apache-tvm .whl file")
-    with zipfile.ZipFile(path) as archive:
-        infos = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
-        if not infos:
-            raise ToolchainError(f"{path} is not a wheel (no .dist-info/METADATA inside): give an apache-tvm .whl file")
-        meta = archive.read(infos[0]).decode(errors="replace")
+    if not _WHEEL_NAME.match(path.name):
+        raise ToolchainError(
+            f"wheel {path}: {path.name!r} is not a wheel file name pip accepts "
+            "(NAME-VERSION-PYTHON-ABI-PLATFORM.whl, as built: apache_tvm-0.26.0-cp39-abi3-linux_x86_64.whl); "
+            "give the file its built name"
+        )
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            infos = [n for n in names if n.endswith(".dist-info/METADATA")]
+            if not infos:
+                raise ToolchainError(
+                    f"{path} is not a wheel (no .dist-info/METADATA inside): give an apache-tvm .whl file"
+                )
+            meta = archive.read(infos[0]).decode(errors="replace")
+            has_wheel_file = infos[0].replace("/METADATA", "/WHEEL") in names
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, OSError, EOFError) as exc:
+        # A damaged archive (a bad CRC, a truncated download) or one zipfile cannot read (encrypted).
+        raise ToolchainError(
+            f"wheel {path} is damaged ({type(exc).__name__}: {exc}): download or build it again"
+        ) from None
     name = re.search(r"^Name: *(.+)$", meta, re.M)
     version = re.search(r"^Version: *(.+)$", meta, re.M)
     if not name or name.group(1).strip().lower().replace("_", "-") != "apache-tvm" or not version:
         found = name.group(1).strip() if name else "no name"
         raise ToolchainError(f"wheel {path} is {found}, not apache-tvm: give an apache-tvm .whl file")
-    return version.group(1).strip()
+    if not has_wheel_file:
+        raise ToolchainError(f"{path} is not a wheel (no .dist-info/WHEEL inside): give an apache-tvm .whl file")
+    version_text = version.group(1).strip()
+    if not same_version(wheel_version(path), version_text):
+        # pip refuses it too ("inconsistent version"), after the venv was made.
+        raise ToolchainError(
+            f"wheel {path}: its file name says version {wheel_version(path)!r}, its METADATA {version_text!r}: "
+            "give the file its built name"
+        )
+    return version_text
