@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from tvmbench.core.records import Job
 from workers.toolchains.boards import installed_version, release_key
@@ -104,27 +104,62 @@ def needs(toolchains: tuple[str, ...]) -> list[Need]:
     return [need(text) for text in toolchains]
 
 
+class Held(dict):  # type: ignore[type-arg]  # dict[str, Toolchain]
+    """The toolchains of a sweep, each held (registry.hold) for as long as this mapping lives.
+
+    The sweep keeps the mapping to its end, so ``toolchains remove`` refuses meanwhile; when the mapping is
+    dropped (or the process ends, however) the holds go with it. It pickles as a plain dict.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holds: list[IO[str]] = []
+
+    def __reduce__(self) -> Any:
+        return (dict, (dict(self),))
+
+    def release(self) -> None:
+        """Let go of every hold now (what dropping the mapping does)."""
+        for lock in self.holds:
+            lock.close()
+        self.holds.clear()
+
+
 def ensure(
     toolchains: tuple[str, ...], *, provision_missing: bool = True, progress: Callable[[str], None] = lambda _l: None
-) -> dict[str, Toolchain]:
-    """Each toolchain text -> its toolchain, the missing ones provisioned first (with ``progress`` lines).
+) -> Held:
+    """Each toolchain text -> its toolchain, the missing ones provisioned first (with ``progress`` lines), every
+    added one held while the mapping lives (``Held``).
 
     With ``provision_missing`` False a missing toolchain is a ToolchainError naming it and its ``add``.
     """
-    from workers.toolchains import provision
+    from workers.toolchains import provision, registry
 
-    found: dict[str, Toolchain] = {}
+    found = Held()
+    provisioned: list[str] = []  # by this call, for the line a Ctrl-C gets
     for wanted in needs(toolchains):
-        if wanted.toolchain is not None:
-            found[wanted.text] = wanted.toolchain
-            continue
-        if not provision_missing:
-            raise ToolchainError(
-                f"toolchain {shown(wanted.text)} (TVM {wanted.tvm_version}) is not added here: "
-                f"`{add_command(wanted.text)}` provisions it, or run without --no-provision"
-            )
-        progress(f"toolchain {shown(wanted.text)}: not added here, provisioning it (minutes the first time)")
-        found[wanted.text] = provision.add(spec_of(wanted.text), progress)
+        toolchain = wanted.toolchain
+        if toolchain is None:
+            if not provision_missing:
+                raise ToolchainError(
+                    f"toolchain {shown(wanted.text)} (TVM {wanted.tvm_version}) is not added here: "
+                    f"`{add_command(wanted.text)}` provisions it, or run without --no-provision"
+                )
+            progress(f"toolchain {shown(wanted.text)}: not added here, provisioning it (minutes the first time)")
+            try:
+                toolchain = provision.add(spec_of(wanted.text), progress)
+            except KeyboardInterrupt:
+                # Ctrl-C: the toolchains provisioned so far are kept (each is whole once recorded); say so.
+                kept = f"; {', '.join(provisioned)} provisioned and kept" if provisioned else ""
+                progress(
+                    f"toolchain {shown(wanted.text)}: provisioning interrupted, nothing of it kept{kept}; "
+                    "run the command again to provision the rest"
+                )
+                raise
+            provisioned.append(toolchain.name)
+        if toolchain.kind != INSTALLED:
+            found.holds.append(registry.hold(toolchain.name))
+        found[wanted.text] = toolchain
     return found
 
 

@@ -6,6 +6,7 @@ some TVM imports. The running interpreter's TVM is the implicit toolchain "insta
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -97,4 +98,7 @@ def toolchains_remove(spec: SpecArg = None, python: PythonOpt = None) -> None:
         toolchain = registry.remove(_spec(spec, python))
     except ToolchainError as exc:
         fail(str(exc), code=INVALID)
+    if isinstance(toolchain, Path):
+        console.print(f"removed {toolchain}: what an unfinished add left (no toolchain was recorded there)")
+        return
     console.print(f"removed toolchain {toolchain.name} (TVM {toolchain.tvm_version})")

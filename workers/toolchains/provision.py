@@ -100,7 +100,11 @@ def _pip_install(python: Path, requirements: list[str], label: str, progress: Pr
     command = [str(python), "-m", "pip", "install", "--progress-bar", "off", "--no-input", *requirements]
     progress(f"{label}: pip install {' '.join(Path(r).name if r.endswith('.whl') else r for r in requirements)}")
     tail: list[str] = []
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as pip:
+    # pip dies with this process: an ``add`` killed with SIGKILL left pip installing into the folder the
+    # next ``add`` was clearing ("Directory not empty"), then writing half a venv into the new one.
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_die_with_parent
+    ) as pip:
         watchdog = threading.Timer(PIP_TIMEOUT_S, pip.kill)  # a silent, stuck pip ends too
         watchdog.start()
         try:
@@ -121,10 +125,30 @@ def _pip_install(python: Path, requirements: list[str], label: str, progress: Pr
         raise ToolchainError(f"{label}: pip install failed: {errors[-1].strip()}")
 
 
+def _die_with_parent() -> None:
+    """In pip's child before exec: SIGKILL when the ``add`` that started it dies (Linux prctl).
+
+    The thread that forks waits for pip to the end (``_pip_install``), so the signal never comes early.
+    (orchestrator/farm/processes.py has the farm's own copy: workers cannot import the orchestrator.)
+    """
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _make_venv(directory: Path, label: str, progress: Progress) -> Path:
     """A fresh venv in ``directory`` (what an unfinished ``add`` left there goes first); its python."""
     if directory.exists():
-        shutil.rmtree(directory)
+        try:
+            shutil.rmtree(directory)
+        except OSError as exc:
+            culprit = exc.filename or directory
+            raise ToolchainError(
+                f"{label}: cannot clear what an unfinished add left in {directory} ({exc.strerror or exc}: "
+                f"{culprit}): a pip of an add that was killed may still be writing there; wait for it to end "
+                f"(`pgrep -af '{directory}'`), or delete the folder, then add it again"
+            ) from None
     progress(f"{label}: creating a Python {sys.version_info.major}.{sys.version_info.minor} venv in {directory}")
     done = subprocess.run([sys.executable, "-m", "venv", str(directory)], capture_output=True, text=True)
     if done.returncode != 0:
@@ -150,11 +174,17 @@ def _record(
 
 
 @contextmanager
-def _locked(name: str) -> Iterator[None]:
-    """One ``add`` of a toolchain at a time on this machine (a second waits, then finds it added)."""
+def _locked(name: str, progress: Progress = _quiet) -> Iterator[None]:
+    """One ``add`` of a toolchain at a time on this machine (a second waits, then finds it added); a sweep
+    using it (a shared hold, registry.hold) is waited for too, and the wait is said."""
     registry.root().mkdir(parents=True, exist_ok=True)
-    with open(registry.root() / f".{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with open(registry.lock_file(name), "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holders = ", ".join(map(str, registry.lock_holders(registry.lock_file(name)))) or "another"
+            progress(f"toolchain {name}: waiting for process {holders} (an add of it, or a sweep using it) to finish")
+            fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
 
@@ -172,7 +202,7 @@ def add(spec: Any, progress: Progress = _quiet) -> Toolchain:
         check_wheel(Path(parsed.value))
     else:
         check_release(parsed.value)
-    with _locked(parsed.name()):
+    with _locked(parsed.name(), progress):
         return _add(parsed, spec, progress)
 
 

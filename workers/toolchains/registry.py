@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from db.store import default_home
 from workers.toolchains.spec import ToolchainSpec, parse
@@ -19,6 +21,58 @@ def root() -> Path:
 def directory(name: str) -> Path:
     """The folder of toolchain ``name`` (its venv, for a release or a wheel, and its record)."""
     return root() / name
+
+
+def lock_file(name: str) -> Path:
+    """The lock of toolchain ``name``: exclusive while ``add`` provisions it or ``remove`` deletes it, shared
+    while a sweep builds or measures with it (``hold``)."""
+    return root() / f".{name}.lock"
+
+
+def hold(name: str) -> IO[str]:
+    """A shared hold on toolchain ``name`` (waits for an ``add`` of it to finish): ``remove`` refuses while
+    it is open. Closing the file (or the process ending, however) lets go of it."""
+    root().mkdir(parents=True, exist_ok=True)
+    lock = open(lock_file(name), "a")  # noqa: SIM115 - the caller keeps it open for the sweep
+    fcntl.flock(lock, fcntl.LOCK_SH)
+    return lock
+
+
+def lock_holders(path: Path) -> list[int]:
+    """The pids holding a lock on ``path`` (Linux /proc/locks; [] where it cannot be read)."""
+    try:
+        st = os.stat(path)
+        wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return []
+    pids = []
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  READ  1234 08:01:5678 0 EOF" (a blocked waiter's line has "->" after the number)
+        if wanted in fields:
+            pid = fields[fields.index(wanted) - 1]
+            if pid.isdigit() and int(pid) != os.getpid():
+                pids.append(int(pid))
+    return sorted(set(pids))
+
+
+def _exclusive(name: str) -> IO[str]:
+    """The toolchain's lock taken exclusively at once (ToolchainError naming who holds it)."""
+    root().mkdir(parents=True, exist_ok=True)
+    lock = open(lock_file(name), "a")  # noqa: SIM115 - closed by the caller
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        holders = lock_holders(lock_file(name))
+        by = f" by process {', '.join(map(str, holders))}" if holders else ""
+        raise ToolchainError(
+            f"toolchain {name} is in use{by} (a sweep that builds or measures with it, or an add of it): its "
+            "builds would fail as the release's own; wait for it to end (`tvmbench sweep cancel ID` stops a "
+            "sweep), then remove it"
+        ) from None
+    return lock
 
 
 def load(name: str) -> Toolchain | None:
@@ -71,15 +125,36 @@ def find(spec: Any) -> Toolchain | None:
     return load(parsed.name())
 
 
-def remove(spec: Any) -> Toolchain:
-    """Delete a toolchain's folder (its venv and record); ToolchainError for the installed or an unknown one."""
+def remove(spec: Any) -> Toolchain | Path:
+    """Delete a toolchain's folder (its venv and record); ToolchainError for the installed or an unknown one,
+    or one in use. A folder an unfinished ``add`` left (no record) is deleted too: its path is returned."""
     toolchain = find(spec)
     if toolchain is None:
+        leftover = _unfinished(spec)
+        if leftover is not None:
+            with _exclusive(leftover.name):  # an add still provisioning it holds it
+                shutil.rmtree(leftover, ignore_errors=True)
+            return leftover
         shown = spec["python"] if isinstance(spec, dict) else spec
         raise ToolchainError(f"no toolchain {shown!r}: `tvmbench toolchains list` shows the toolchains added here")
     if toolchain.kind == INSTALLED:
         raise ToolchainError(
             "the installed toolchain is the TVM tvmbench itself runs on and cannot be removed: remove an added one"
         )
-    shutil.rmtree(directory(toolchain.name))
+    # A sweep using it holds it (orchestrator/toolchains.ensure): deleting its venv under the sweep turned
+    # every build left into a final `build` row blaming the release ("No module named 'tvm'").
+    with _exclusive(toolchain.name):
+        shutil.rmtree(directory(toolchain.name))
     return toolchain
+
+
+def _unfinished(spec: Any) -> Path | None:
+    """The folder an unfinished ``add`` of a release or a wheel left (a venv without a record), or None."""
+    try:
+        parsed = parse(spec)
+    except ToolchainError:
+        return None
+    if parsed.kind == "interpreter":  # an interpreter's add makes no folder before its record
+        return None
+    folder = directory(parsed.name())
+    return folder if folder.is_dir() and not (folder / RECORD_FILE).exists() else None
