@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shlex
 import shutil
@@ -20,7 +21,7 @@ import tempfile
 import time
 import tomllib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -32,6 +33,8 @@ from orchestrator.spec import SpecError, load_spec, sweep_text
 from tvmbench.core import liveness
 from tvmbench.core.errors import one_line
 from tvmbench.core.records import FINAL_STATUSES, PENDING_STATUSES
+from workers.toolchains.spec import parse as parse_toolchain
+from workers.toolchains.toolchain import ToolchainError
 
 SUBMISSION_PREFIX = "tvmbench-"
 METADATA_KEY = "tvmbench_sweep"
@@ -63,7 +66,8 @@ def stage_sweep(sweep_file: Path, dest: Path) -> str:
     sweep_file = sweep_file.resolve()
     data = tomllib.loads(sweep_text(sweep_file))
     base = sweep_file.parent
-    models = []
+    _refuse_local_toolchains(data)
+    models: list[tuple[Path, Path]] = []  # (where the file is read here, where the cluster looks for it)
     for i, table in enumerate(data.get("models", [])):
         if not isinstance(table, dict):
             continue
@@ -77,13 +81,39 @@ def stage_sweep(sweep_file: Path, dest: Path) -> str:
                     f"models[{i}].{key} = {given!r} is absolute: write it relative to the sweep file so the "
                     "file can travel with the job"
                 )
-            models.append((base / given).resolve())
-    root = Path(_common_root([base, *[p.parent for p in models]]))
-    for path in [sweep_file, *models]:
-        target = dest / path.relative_to(root)
+            # Staged where the sweep file names it, not where a symlink leads: models/x.onnx -> /data/x.onnx
+            # was staged as data/x.onnx, and the job failed on the cluster ("models/x.onnx does not exist").
+            # normpath: the staged tree has real folders, so `dir/../x` is `x` there whatever `dir` is here.
+            models.append((base / given, Path(os.path.normpath(base / given))))
+    root = Path(_common_root([base, *[named.parent for _, named in models]]))
+    for read, named in [(sweep_file, sweep_file), *models]:
+        target = dest / named.relative_to(root)
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, target)
+        shutil.copy2(read, target)  # follows a symlink: its file travels
     return PurePosixPath(sweep_file.relative_to(root)).as_posix()
+
+
+def _refuse_local_toolchains(data: dict[str, Any]) -> None:
+    """A tvm axis entry that names a file here (a wheel, an interpreter) by a relative path cannot travel:
+    on the cluster it would name a path in the job's staging folder, which holds no such file (and the
+    sweep id, which carries the absolute path, would differ from the one printed here)."""
+    axes = data.get("axes")
+    entries = axes.get("tvm") if isinstance(axes, dict) else None
+    for entry in entries if isinstance(entries, list) else [entries] if entries is not None else []:
+        path = entry.get("python") if isinstance(entry, dict) else entry
+        if not isinstance(path, str):
+            continue
+        try:
+            parsed = parse_toolchain(entry)
+        except ToolchainError:
+            continue  # load_spec says what is wrong with it
+        if parsed.kind != "release" and not Path(parsed.value).expanduser().is_absolute():
+            what = "interpreter" if parsed.kind == "interpreter" else "wheel"
+            raise SubmitError(
+                f"axes.tvm: the {what} {parsed.value!r} is a path relative to the sweep file, which a submitted "
+                f"sweep cannot take along: add it on the cluster's head (`tvmbench toolchains add` there) and "
+                f'write its absolute path there, or name a release ("0.26.0")'
+            )
 
 
 def _common_root(paths: list[Path]) -> str:
@@ -163,6 +193,7 @@ def submit_sweep(
         spec = load_spec(sweep_file, label=label)
     except SpecError as exc:
         raise SubmitError(str(exc)) from None
+    _refuse_local_toolchains(tomllib.loads(sweep_text(sweep_file)))  # before the cluster is asked anything
     client = _client(ray_address)
     previous = _submissions(client, spec.sweep_id)
     running = [j for j in previous if ray_state(j) in ACTIVE_STATES]
@@ -179,7 +210,8 @@ def submit_sweep(
             "runtime_env": {"working_dir": staging, "env_vars": {"TVMBENCH_DB": db_url, **(env or {})}},
             "metadata": {METADATA_KEY: spec.sweep_id, "name": spec.name, "label": spec.label},
         }
-        _submit_with_retry(client, job, ray_address)
+        with _quiet_ray_upload():
+            _submit_with_retry(client, job, ray_address)
     return Submitted(spec.sweep_id, submission_id, already_running=False)
 
 
@@ -198,8 +230,46 @@ def _submit_with_retry(client: Any, job: dict[str, Any], ray_address: str, agent
                 continue
             # Ray's error may quote the job, whose environment holds the database URL.
             db_url = job.get("runtime_env", {}).get("env_vars", {}).get("TVMBENCH_DB")
-            message = f"the Ray cluster at {ray_address} refused the job: {one_line(exc)}"
+            if _lost_connection(exc):
+                # The head went away mid-submit (it was there a moment ago: the client was made): it did
+                # not "refuse" anything, and whether the job was recorded is unknown.
+                message = (
+                    f"the Ray cluster at {ray_address} stopped answering while the job was submitted "
+                    f"({one_line(exc)}): check that its head runs (`ray status` there), then submit again "
+                    "(a sweep whose job did start is not started twice)"
+                )
+            else:
+                message = f"the Ray cluster at {ray_address} refused the job: {one_line(exc)}"
             raise SubmitError(redact(message, db_url)) from None
+
+
+def _lost_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` is a connection that failed or broke (requests' and the standard library's)."""
+    names = {t.__name__ for t in type(exc).__mro__}
+    text = str(exc)
+    return bool(
+        names & {"ConnectionError", "ConnectionRefusedError", "ConnectionResetError", "ChunkedEncodingError"}
+    ) or any(
+        hint in text
+        for hint in ("Connection refused", "Connection aborted", "Connection reset", "Max retries exceeded")
+    )
+
+
+@contextlib.contextmanager
+def _quiet_ray_upload() -> Iterator[None]:
+    """Ray's upload log lines ("Uploading package", a large file's advice to pass ``excludes`` to
+    ``ray.init``, which a tvmbench user has no call to) are not the submitter's: errors only meanwhile."""
+    loggers = [
+        logging.getLogger(n) for n in ("ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging")
+    ]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
 
 
 def sweep_status(sweep_ref: str, *, store: Any | None, ray_address: str | None) -> dict[str, Any]:
@@ -226,7 +296,15 @@ def sweep_status(sweep_ref: str, *, store: Any | None, ray_address: str | None) 
             if state == liveness.INTERRUPTED:
                 status["resume"] = liveness.resume_hint(sweep.id)
     if ray_address:
-        job = latest_submission(_client(ray_address), status["sweep_id"])
+        try:
+            job = latest_submission(_client(ray_address), status["sweep_id"])
+        except SubmitError as exc:
+            if "state" not in status:  # the database knows nothing of it either: the cluster's line it is
+                raise
+            # The head is gone (it died, or the laptop is off its network): the database still says how
+            # far the sweep got, and an orphaned driver shows as interrupted once its heartbeat is stale.
+            status.update(ray_status="UNREACHABLE", ray_message=str(exc))
+            job = None
         if job is not None:
             status.update(
                 sweep_id=(job.metadata or {}).get(METADATA_KEY, status["sweep_id"]),
