@@ -347,7 +347,12 @@ def _row(
         ratio = float(r["median"]) / float(before["median"]) if before["median"] else None
         lo, hi = ci_prev.lo, ci_prev.hi
         p = mann_whitney_p(before["samples"], samples)
-    change = pass_change(before["pass_trace"], r["pass_trace"])
+    if expand(before["pass_trace"]) and expand(r["pass_trace"]):
+        change = pass_change(before["pass_trace"], r["pass_trace"])
+    else:
+        # A release whose build stopped before any pass (its importer failed) ran no passes to compare:
+        # "0 -> 3155 passes; +76 (...)" read as if the other release had added 76 passes.
+        change = {"added": [], "removed": [], "renamed": [], "summary": "-"}
     row.update(
         previous=before["release"],
         previous_status=before["status"],
@@ -361,8 +366,13 @@ def _row(
         passes_added=change["added"],
         passes_removed=change["removed"],
         passes_renamed=change["renamed"],
-        same_fingerprint=(
-            None if not (before["fingerprint"] and r["fingerprint"]) else before["fingerprint"] == r["fingerprint"]
-        ),
+        same_fingerprint=_same_program(before["fingerprint"], r["fingerprint"]),
     )
     return row
+
+
+def _same_program(before: Any, after: Any) -> bool | None:
+    """Whether two builds made the same program; None where either made none (pandas gives NaN, which is
+    truthy: a failed import read as "program differs")."""
+    before, after = _clean(before), _clean(after)
+    return None if not (before and after) else before == after
