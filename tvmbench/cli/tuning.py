@@ -97,7 +97,10 @@ def tuning_export(
             module_equality=module_equality,
             model_name=model,
         )
-        done = exchange.export_records(store, directory, scope, model_name=model, top=top, append=append)
+        if scope.tvm_version != _installed_tvm():
+            done = _export_as_stored(store, directory, scope, model_name=model, top=top, append=append)
+        else:
+            done = exchange.export_records(store, directory, scope, model_name=model, top=top, append=append)
     except exchange.ExchangeError as exc:
         fail(str(exc), code=2)
     summary = {"directory": str(done.directory), "workloads": done.workloads, "records": done.records, **done.scope}
@@ -151,6 +154,16 @@ def tuning_import(
             module_equality=module_equality, model_name=model, progress=progress,
         )  # fmt: skip
     except exchange.ExchangeError as exc:
+        installed = _installed_tvm()
+        if "not a MetaSchedule" in str(exc) and tvm_version not in (None, installed):
+            # The files are read by this TVM; another release's IR is not readable by it (0.26.0's workloads
+            # give "Cannot convert from type `ir.Type` to `BigInt`"): say so, not only "not a workload".
+            fail(
+                f"{exc}: this tvmbench reads the files with its own TVM {installed}, which cannot read TVM "
+                f"{tvm_version}'s IR; records of {tvm_version} reach the database by tuning with "
+                f'[axes] tvm = ["{tvm_version}"], or by importing them where tvmbench runs on {tvm_version}',
+                code=2,
+            )
         fail(str(exc), code=2)
     summary = {
         "directory": str(done.directory), "records": done.records, "distinct": done.distinct, "new": done.new,
@@ -164,3 +177,60 @@ def tuning_import(
         f"{done.directory}: {done.new} new, {done.distinct - done.new} already stored (board {board_key})",
         highlight=False,
     )
+
+
+def _installed_tvm() -> str:
+    from workers.toolchains.boards import installed_version
+
+    return installed_version()
+
+
+def _export_as_stored(
+    store: object, directory: Path, scope: object, *, model_name: str | None, top: int | None, append: bool
+) -> object:
+    """Another release's records written as that release stored them: its workloads as ``[hash, mod_b64]``
+    and its records as ``[workload index, [trace, run_secs, target, args_info]]``, MetaSchedule's JSON
+    database lines, without this TVM (the installed TVM cannot read another release's IR: exporting
+    0.26.0's records was a TypeError traceback from ``Workload.from_json``, after creating the files)."""
+    import json
+
+    from workers.tuning import exchange
+
+    exchange._output_directory(directory)
+    workload_file, record_file = directory / exchange.WORKLOAD_FILE, directory / exchange.RECORD_FILE
+    existing = [p.name for p in (workload_file, record_file) if p.exists() and p.stat().st_size]
+    if existing and not append:
+        raise exchange.ExchangeError(
+            f"{directory} already holds {' and '.join(existing)}; export into an empty directory, or pass --append "
+            "to add these records to that database"
+        )
+    rows = store.tuning_records(scope, model_name=model_name)  # type: ignore[attr-defined]
+    done = exchange.Exported(directory, {**scope.__dict__})
+    index: dict[str, int] = {}  # workload hash -> its line in the workload file (an appended one too)
+    if workload_file.exists():
+        for n, line in enumerate(workload_file.read_text().splitlines()):
+            if line.strip():
+                index.setdefault(str(json.loads(line)[0]), n)
+    lines = len(index)
+    workloads_out, records_out, per_workload = [], [], {}
+    for wl, rec in rows:
+        if top is not None and (per_workload.get(wl.id, 0) >= top or not rec.valid):
+            continue  # "the best N" means measured ones, as exchange.export_records
+        if wl.workload_hash not in index:
+            index[wl.workload_hash] = lines
+            lines += 1
+            workloads_out.append(json.dumps([wl.workload_hash, wl.mod_b64], separators=(",", ":")))
+        if wl.id not in per_workload:
+            done.workloads += 1
+        record = [rec.trace, rec.run_secs, rec.target, rec.args_info]
+        records_out.append(json.dumps([index[wl.workload_hash], record], separators=(",", ":")))
+        per_workload[wl.id] = per_workload.get(wl.id, 0) + 1
+        done.records += 1
+    if not done.records:
+        raise exchange.ExchangeError(
+            "the selected scope has no records to export" + (f" for model {model_name}" if model_name else "")
+        )
+    for path, new in ((workload_file, workloads_out), (record_file, records_out)):
+        with open(path, "a") as out:
+            out.write("".join(line + "\n" for line in new))
+    return done
