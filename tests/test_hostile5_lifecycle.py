@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import socket
 import threading
@@ -155,21 +154,40 @@ def test_a_connect_that_answers_returns_its_value_and_raises_its_error() -> None
 
 
 @pytest.fixture
-def stopped_board(home: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """`farm up --key frozen` (a real tracker and board agent), its board stopped (SIGSTOP) once registered:
-    (the board's id, farm.json)."""
+def frozen_farm(home: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """`farm up --key frozen` (a real tracker and board agent): (the board's id, farm.json). Whatever a test
+    stopped of the board's processes is woken (SIGCONT) before `farm down`."""
+    import psutil
+
     up = invoke("farm", "up", "--key", "frozen")
     assert up.exit_code == 0, up.output
     state = json.loads((home / "farm.json").read_text())
     (board,) = state["boards"]
-    os.kill(board["pid"], signal.SIGSTOP)
+    agent = psutil.Process(board["pid"])
     try:
         yield f"frozen@127.0.0.1:{board['port']}", state
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(board["pid"], signal.SIGCONT)
+        for proc in [agent, *agent.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.send_signal(signal.SIGCONT)
         down = invoke("farm", "down")
         assert down.exit_code == 0, down.output
+
+
+def stop_tree(pid: int) -> None:
+    """SIGSTOP a board agent and the session processes it forked (what Ctrl-Z does to a board in a terminal)."""
+    import psutil
+
+    agent = psutil.Process(pid)
+    for proc in [agent, *agent.children(recursive=True)]:
+        proc.send_signal(signal.SIGSTOP)
+
+
+@pytest.fixture
+def stopped_board(frozen_farm: tuple[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """The frozen farm's board stopped (SIGSTOP) once registered."""
+    stop_tree(frozen_farm[1]["boards"][0]["pid"])
+    return frozen_farm
 
 
 def test_a_stopped_board_ends_the_attempt_as_infra_naming_it(
@@ -349,3 +367,43 @@ def test_a_request_told_not_to_wait_gives_a_silent_tracker_a_short_look(monkeypa
     with pytest.raises(TrackerUnreachable):
         request_session("127.0.0.1:9", "host", deadline_s=30.0, session_timeout_s=5, registration_wait_s=0.0)
     assert asked == [tracker_client.LAST_LOOK_S], asked
+
+
+class StopsTheBoard(SessionRunner):
+    """On the board: stop the board's processes (SIGSTOP), then ask it something, as a measurement would."""
+
+    checks_arch = False
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def on_board(self, session: Any, request: MeasureRequest, base: dict[str, Any]) -> Run:
+        stop_tree(self.pid)
+        session.remote.get_function("tvmbench.board_facts")()  # never answered: the board is stopped
+        raise AssertionError("a stopped board answered")
+
+
+def test_a_board_stopped_mid_session_ends_the_attempt_as_infra(
+    frozen_farm: tuple[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A board stopped (SIGSTOP) mid-measurement never ends its session at session_timeout_s, and the client's
+    RPC call waited for it forever: the sweep hung. Now the client ends the session SESSION_GRACE_S later."""
+    import hashlib
+
+    from tvmbench.core.records import Build
+
+    board, state = frozen_farm
+    monkeypatch.setattr(tracker_client, "SESSION_GRACE_S", 0.5)
+    job = Job(
+        model=model_ref(),
+        target=TargetSpec("frozen", {"kind": "llvm"}, "frozen", "x86_64"),
+        executor="vm-bytecode",
+        opt_level=2,
+        pipeline="per-target",
+        measure=MeasureSettings(device_wait_s=WAIT_S, session_timeout_s=1.0),
+    )
+    build = Build(build_key="b", status="ok", artifact_sha256=hashlib.sha256(b"x").hexdigest())
+    request = MeasureRequest(job, build, b"x", {}, [], state["tracker"])
+    run = StopsTheBoard(state["boards"][0]["pid"]).run(request)
+    assert run.status == "infra" and run.board_id == board, run
+    assert f"{board} stopped answering" in run.error and "kill -CONT" in run.error, run.error

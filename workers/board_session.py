@@ -21,6 +21,7 @@ import numpy as np
 from tvmbench.core.errors import one_line
 from tvmbench.core.health import GoldenModel
 from tvmbench.core.records import Build, Job, Run
+from workers import tracker_client
 from workers.artifacts import arch_compatible
 from workers.executors.requests import MeasureRequest
 from workers.reference import compare
@@ -31,6 +32,7 @@ from workers.tracker_client import (
     DeviceUnavailable,
     NoBoardRegistered,
     Session,
+    SessionWatchdog,
     TrackerUnreachable,
     registered_keys,
     request_session,
@@ -152,6 +154,16 @@ def session_error(board_id: str, kind: str, exc: BaseException, job: Job) -> str
     return (
         f"{board_id}: the board session ran past session_timeout_s = {limit:g} s (upload, load, warmup and "
         "samples all count): raise [measure] session_timeout_s, or lower warmup, repeat or number"
+    )
+
+
+def stopped_answering(board_id: str, job: Job) -> str:
+    """The error line of a session the client ended (SessionWatchdog): the board did not end it at its deadline."""
+    limit = job.measure.session_timeout_s
+    return (
+        f"{board_id} stopped answering: its session ran {tracker_client.SESSION_GRACE_S:g} s past session_timeout_s"
+        f" = {limit:g} s and the board did not end it (stopped, hung or cut off), so the connection was closed "
+        "here; `tvmbench farm status` shows a local board's process: wake it (`kill -CONT PID`) or restart it"
     )
 
 
@@ -291,7 +303,10 @@ def checked_session(
         board_id, facts = session.board_id, board_facts(session.remote)
         if not arch_compatible(artifact_arch, (facts or {}).get("arch")):
             return session  # the job ends as a `build` error on it, which is not the board's fault
-        problem = golden_check(session.remote, golden, job)
+        with SessionWatchdog(board_id, job.measure.session_timeout_s + tracker_client.SESSION_GRACE_S) as dog:
+            problem = golden_check(session.remote, golden, job)
+        if dog.fired:
+            problem = stopped_answering(board_id, job)
         del session  # closes the golden model's session
         gc.collect()
         base["health"] = "failed" if problem else "ok"
@@ -333,13 +348,17 @@ def run_attempt(
     )
     if isinstance(session, Run):
         return session
-    base["board_id"] = session.board_id
+    base["board_id"] = board_id = session.board_id
+    dog = SessionWatchdog(board_id, job.measure.session_timeout_s + tracker_client.SESSION_GRACE_S)
     try:
-        return on_board(session, base)
+        with dog:
+            return on_board(session, base)
     except Exception as exc:
+        if dog.fired:  # the board let its own deadline pass: it is stopped or hung, which is the board's fault
+            return Run(status="infra", error=stopped_answering(board_id, job), finished_at=time.time(), **base)
         past_deadline = time.monotonic() - session.opened_at >= job.measure.session_timeout_s
         kind = classify(exc, past_deadline=past_deadline)
-        return Run(status=kind, error=session_error(session.board_id, kind, exc, job), finished_at=time.time(), **base)
+        return Run(status=kind, error=session_error(board_id, kind, exc, job), finished_at=time.time(), **base)
     finally:
         # The RPC session closes when its last remote handle is freed; handles can sit in reference cycles,
         # and a board stays busy until its session closes, so collect now rather than whenever.

@@ -26,6 +26,10 @@ MAX_MESSAGE_BYTES = 64 << 20  # a summary of thousands of boards is a few hundre
 # own rpc.connect waits for it forever.
 HANDSHAKE_S = 20.0
 LAST_LOOK_S = 2.0  # a live tracker answers a summary in milliseconds
+# How long past its session_timeout_s a session may go before the client ends it (SessionWatchdog): the
+# board's own server ends it at the deadline, and the client sees that within a moment unless the board is
+# stopped or hung.
+SESSION_GRACE_S = 15.0
 
 
 class NotATracker(ConnectionError):
@@ -209,6 +213,63 @@ def _peer_sockets(addresses: set[tuple[str, int]]) -> set[int]:
     return found
 
 
+def _addresses(host: str, port: int) -> set[tuple[str, int]]:
+    """The (address, port) pairs a socket connected to ``host:port`` reports as its peer."""
+    try:
+        return {(info[4][0], port) for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)}
+    except OSError:
+        return {(host, port)}
+
+
+def _shut_down(fds: set[int]) -> None:
+    """Shut these sockets down (not closed: their owner, TVM, closes them), waking whoever waits on them."""
+    for fd in fds:
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError:  # closed meanwhile
+            continue
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        finally:
+            sock.detach()
+
+
+class SessionWatchdog:
+    """Ends this process's connections to a session's board once ``limit_s`` pass (``fired`` then says so).
+
+    The board's server ends a session at ``session_timeout_s`` itself; a board that is stopped (SIGSTOP), hung
+    or cut off mid-session ends nothing, and the client's RPC call waits for its answer forever, in C++,
+    holding the sweep. Past the limit the connection is shut down here, so that the call fails and the
+    attempt ends. Used as ``with SessionWatchdog(session.board_id, limit_s) as dog: ...``.
+    """
+
+    def __init__(self, board_id: str, limit_s: float) -> None:
+        import threading
+
+        self.board_id, self.limit_s, self.fired = board_id, limit_s, False
+        try:
+            host, port = parse_addr(board_id.rpartition("@")[2])
+            self._addresses: set[tuple[str, int]] | None = _addresses(host, port)
+        except ValueError:  # not host:port (a test's fake board): nothing to watch
+            self._addresses = None
+        self._timer = threading.Timer(limit_s, self._fire)
+        self._timer.daemon = True
+
+    def _fire(self) -> None:
+        if self._addresses is not None:
+            self.fired = True
+            _shut_down(_peer_sockets(self._addresses))
+
+    def __enter__(self) -> SessionWatchdog:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._timer.cancel()
+
+
 def connect_bounded(connect: Any, host: str, port: int, board_id: str, handshake_s: float | None = None) -> Any:
     """``connect()`` (TVM's rpc.connect to ``host:port``) given ``handshake_s`` (default HANDSHAKE_S) to return,
     else BoardNotAnswering.
@@ -221,10 +282,7 @@ def connect_bounded(connect: Any, host: str, port: int, board_id: str, handshake
     import threading
 
     handshake_s = HANDSHAKE_S if handshake_s is None else handshake_s
-    try:
-        addresses = {(info[4][0], port) for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)}
-    except OSError:
-        addresses = {(host, port)}
+    addresses = _addresses(host, port)
     before = _peer_sockets(addresses)
     outcome: list[Any] = []
 
@@ -238,14 +296,7 @@ def connect_bounded(connect: Any, host: str, port: int, board_id: str, handshake
     thread.start()
     thread.join(handshake_s)
     if thread.is_alive():
-        for fd in _peer_sockets(addresses) - before:
-            sock = socket.socket(fileno=fd)
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            finally:
-                sock.detach()
+        _shut_down(_peer_sockets(addresses) - before)
         # A session the thread opens after all (the board woke just now) is dropped with ``outcome``, which
         # closes it and frees the board.
         raise BoardNotAnswering(board_id, handshake_s)
