@@ -3,12 +3,15 @@ itself): each test provokes one on a real database and fails on the code before 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -169,3 +172,66 @@ def test_a_repeated_query_key_is_400_naming_it(served: str) -> None:
     status, _, body = get(f"{served}/api/history/{'0' * 8}?method=mad&method=zscore")
     assert status == 400 and "?method= is given 2 times" in body, body
     assert get(f"{served}/api/compare?a={a}&b={b}")[0] == 200
+
+
+# --- 6: a PostgreSQL server that went away mid-serve was a bare 500 and a traceback per request -------------
+
+
+class _Relay:
+    """A TCP relay on a free loopback port to PostgreSQL: ``stop`` makes the server vanish for the dashboard
+    (refused, and the pooled connections cut), without touching the machine's real server."""
+
+    def __init__(self, port: int) -> None:
+        self.port, self.conns = port, []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.address = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return  # stopped
+            upstream = socket.create_connection(("127.0.0.1", self.port))
+            self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        b.close()
+
+    def stop(self) -> None:
+        # shutdown, not only close: a thread blocked in accept or recv keeps a closed socket open.
+        for c in (self.sock, *self.conns):
+            with contextlib.suppress(OSError):
+                c.shutdown(socket.SHUT_RDWR)
+            c.close()
+
+
+@pytest.mark.postgres
+def test_a_postgresql_server_gone_mid_serve_is_503_with_one_line(pg_url: str, capfd: pytest.CaptureFixture) -> None:
+    from sqlalchemy.engine import make_url
+
+    add_sweep(ResultStore(pg_url), "pggone0001", [Result(samples=noisy(1.0))])
+    url = make_url(pg_url)
+    relay = _Relay(url.port or 5432)
+    reader = open_readonly(url.set(host="127.0.0.1", port=relay.address).render_as_string(hide_password=False))
+    try:
+        with running(reader) as base:
+            assert get(f"{base}/api/sweeps")[0] == 200
+            relay.stop()
+            for path in ("/api/sweeps", "/sweeps", "/api/sweeps"):
+                status, _, body = get(base + path)  # before: 500 "Internal Server Error", a traceback each
+                assert status == 503 and "cannot be read: OperationalError" in body, (path, status, body)
+                assert "check that the database server runs" in body, body
+    finally:
+        reader.close()
+    logged = capfd.readouterr().err  # the server's log: its line once, no traceback per request
+    assert logged.count("cannot be read") == 1 and "Traceback" not in logged, logged

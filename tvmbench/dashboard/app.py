@@ -3,8 +3,8 @@
 Pages are Jinja2 templates with autoescaping on, so sweep names, paths and error messages always reach
 the browser as text. Plots are PNGs drawn here and the one script is served from the package: the pages
 work with no internet. Every handler only reads (the store is opened read-only by dashboard.server).
-A database that fails reads with a StoreError (damaged, no server answering) answers the error page (503)
-and logs its line once.
+A database that fails reads with a StoreError (damaged, no server answering) or a server that stops
+answering mid-serve answers the error page (503) and logs its line once.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 import jinja2
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -151,6 +152,17 @@ def create_app(
             logged.add(message)
             log.error("%s", message)
         return not_found(request, message, 503)
+
+    def connection_failed(request: Request, exc: Exception) -> Response:
+        """The error page (503) for a database server that stopped answering mid-serve (stopped, restarted, a
+        network gone): before, a bare 500 "Internal Server Error" and a traceback per request (one a second
+        from each open Sweeps page). The pool reconnects by itself once the server is back."""
+        from db.urls import redact
+        from tvmbench.core.errors import one_line
+
+        message = f"results database {shown_url(store)} cannot be read: {one_line(exc)}"
+        then = "check that the database server runs; the dashboard answers again once it does"
+        return store_failed(request, StoreError(redact(f"{message}; {then}", store.url)))
 
     def bounded(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
         """``handler``, answering 400 instead when a query or path value is over its bound or repeated."""
@@ -307,7 +319,15 @@ def create_app(
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)] if allowed_hosts else []
-    return Starlette(routes=routes, middleware=middleware, exception_handlers={StoreError: store_failed})
+    return Starlette(
+        routes=routes,
+        middleware=middleware,
+        exception_handlers={
+            StoreError: store_failed,
+            OperationalError: connection_failed,
+            InterfaceError: connection_failed,
+        },
+    )
 
 
 def _number(
