@@ -285,3 +285,24 @@ def test_tuning_export_of_another_release_writes_its_records_as_stored(store: Re
     assert again.exit_code == 0, again.output
     assert (out / "database_workload.json").read_text().splitlines() == workloads  # one workload, still index 0
     assert len((out / "database_tuning_record.json").read_text().splitlines()) == 4
+
+
+def test_two_toolchains_of_one_release_are_both_answered(store: ResultStore) -> None:
+    """`tvm = ["0.26.0", { python = ".../bin/python" }]` builds a configuration twice under TVM 0.26.0: `results
+    releases` kept one of the two and dropped the other without a word."""
+    from datetime import timedelta
+
+    from tests.synthetic import T0
+
+    add_sweep(store, "pypi00000001", [Result(tvm="0.26.0", samples=noisy(5.0, n=10, seed=1))])
+    own = [Result(tvm="0.26.0", samples=noisy(5.0, n=10, seed=2))]
+    add_sweep(store, "mine00000001", own, created_at=T0 + timedelta(hours=1))
+    with store._sessions.begin() as s:
+        for job in s.query(m.Job):
+            text = "0.26.0" if job.sweep_id.startswith("pypi") else "python:/opt/tvm/bin/python"
+            job.config = {**job.config, "toolchain": text}
+    result = releases(store)
+    digest = registry.spec_of({"python": "/opt/tvm/bin/python"}).name("0.26.0").rsplit("-", 1)[-1]
+    assert result.releases == ["0.26.0", f"0.26.0 (python {digest})"]
+    assert [r["sweep_id"] for r in result.rows] == ["pypi00000001", "mine00000001"]
+    assert result.rows[1]["previous"] == "0.26.0" and result.rows[1]["verdict"] == "same"

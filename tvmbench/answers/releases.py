@@ -16,6 +16,7 @@ added / removed / renamed, and whether the program fingerprint is the same.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -46,6 +47,7 @@ CONFIG_KEYS = (
     "emulated",
 )
 UNKNOWN = "unknown"  # the release of a row that recorded none
+INTERPRETER = "python:"  # how a job's toolchain text names an interpreter (orchestrator/toolchains.py)
 # The failures that can be the release's doing (its importer, compiler or program): a release that turns
 # an ok result into one of these is "broken". A pending job, a cancel or a farm failure (no board, a
 # board that died) says nothing about the release: those results are left out, and counted.
@@ -105,8 +107,13 @@ def _pep440_key(version: str) -> tuple[Any, ...]:
 
 
 def version_key(version: str | None) -> tuple[Any, ...]:
-    """Sort key of a TVM version: PEP 440 order (packaging's when installed); unreadable ones first."""
+    """Sort key of a TVM version: PEP 440 order (packaging's when installed); unreadable ones first. A
+    release label with its toolchain (``release_label``: "0.26.0 (python = ...)") sorts right after its
+    version."""
     text = version or UNKNOWN
+    base, toolchain, _ = text.partition(" (")
+    if toolchain:
+        return (*version_key(base), text)
     try:
         from packaging.version import InvalidVersion, Version
     except ImportError:  # packaging is everywhere pip is, but the answers do not depend on it
@@ -115,6 +122,22 @@ def version_key(version: str | None) -> tuple[Any, ...]:
         return (1, Version(text))
     except InvalidVersion:
         return (0, text)
+
+
+def release_label(tvm_version: str | None, config: Any) -> str:
+    """How a result's release is named: its TVM version, and the toolchain when that is a wheel or an
+    interpreter (``[axes] tvm = ["0.26.0", { python = ... }]`` builds one configuration twice under 0.26.0:
+    both kept apart, where one silently replaced the other)."""
+    version = tvm_version or UNKNOWN
+    text = config.get("toolchain") if isinstance(config, dict) else None
+    if not isinstance(text, str) or text in (version, tvm_version):
+        return version
+    if text.startswith(INTERPRETER):
+        # The hash that ends its name in `toolchains list` (python-0.26.0-1a2b3c4d; workers/toolchains/spec.py,
+        # which answers may not import): its path would break 80 columns.
+        return f"{version} (python {hashlib.sha256(text[len(INTERPRETER) :].encode()).hexdigest()[:8]})"
+    # A wheel's text is its absolute path (orchestrator/toolchains.canonical); a release's is the release.
+    return f"{version} (wheel)" if text.endswith(".whl") or text.startswith("/") else version
 
 
 # --- what changed in the build ---------------------------------------------------------------------
@@ -272,7 +295,7 @@ def releases(
         return out
     df["kernels"] = [(c or {}).get("kernels") if isinstance(c, dict) else None for c in df["config"]]
     df["tuning_budget"] = [int(b) if tuning_answers.is_tuned(b) else 0 for b in df["tuning_budget"]]
-    df["release"] = [v or UNKNOWN for v in df["tvm_version"]]
+    df["release"] = [release_label(v, c) for v, c in zip(df["tvm_version"], df["config"], strict=True)]
     newest_first = df.sort_values(["sweep_created_at", "job_id"], ascending=False)
     chosen = newest_first.drop_duplicates([*CONFIG_KEYS, "release"], keep="first")
     out.releases = sorted(set(chosen["release"]), key=version_key)
