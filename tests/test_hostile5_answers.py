@@ -235,3 +235,21 @@ def test_a_postgresql_server_gone_mid_serve_is_503_with_one_line(pg_url: str, ca
         reader.close()
     logged = capfd.readouterr().err  # the server's log: its line once, no traceback per request
     assert logged.count("cannot be read") == 1 and "Traceback" not in logged, logged
+
+
+# --- 7: a `$` in a name was matplotlib math: "cost $5 and $x" titled "cost 5andx", `$\frac{$` a traceback ----
+
+
+def test_a_dollar_in_a_model_name_is_plotted_as_written(store: ResultStore, tmp_path: Path) -> None:
+    name = "bad $\\frac{$ x"  # a sweep file takes it: no control character
+    add_sweep(store, "dolr0001", [Result(model=name, samples=noisy(1.0)), Result(model=name, opt_level=0)])
+    code, out = _cli(
+        "report", "dolr0001", "-o", str(tmp_path / "r.html"), "--png", str(tmp_path / "png"), "--db", store.url
+    )
+    assert code == 0 and "Traceback" not in out and "ParseSyntaxException" not in out, out  # before: exit 1
+    assert (tmp_path / "r.html").stat().st_size > 0 and list((tmp_path / "png").glob("latency-*.png")), out
+    from tvmbench.answers.report_figures import new_figure
+
+    fig = new_figure(figsize=(3, 2))
+    title = fig.add_subplot().set_title("cost $5 and $x")
+    assert title.get_parse_math() is False  # drawn as written, not as math

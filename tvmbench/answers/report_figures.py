@@ -19,6 +19,17 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
+def new_figure(figsize: tuple[float, float]) -> Figure:
+    """A figure whose texts are shown as written: matplotlib reads text between two ``$`` as math, so a model
+    named "cost $5 and $x" was titled "cost 5andx" in italics (and an unbalanced "$x^{" could fail to draw)."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    # Every Text reads it when made (tick labels at drawing time): set before both. No figure here means math.
+    matplotlib.rcParams["text.parse_math"] = False
+    return Figure(figsize=figsize)
+
+
 def png_bytes(fig: Figure) -> bytes:
     """The figure as PNG bytes (100 dpi, trimmed)."""
     buf = io.BytesIO()
@@ -29,14 +40,13 @@ def png_bytes(fig: Figure) -> bytes:
 def latency_figure(group: pd.DataFrame, model: str, board_key: str, unit: str, emulated: bool) -> Figure:
     """Grouped bars: executor (and layout) on x, one bar per opt_level/pipeline, median with its 95% bootstrap CI."""
     import numpy as np
-    from matplotlib.figure import Figure
 
     group = layout_in_executor(group)
     group = group.sort_values(["executor", "opt_level", "pipeline"])
     executors = list(dict.fromkeys(group["executor"]))
     variants = list(dict.fromkeys(zip(group["opt_level"], group["pipeline"], strict=True)))
     multi_pipeline = len({p for _, p in variants}) > 1
-    fig = Figure(figsize=(max(6.0, 1.6 * len(executors) * max(1, len(variants)) ** 0.5 + 3), 4.2))
+    fig = new_figure(figsize=(max(6.0, 1.6 * len(executors) * max(1, len(variants)) ** 0.5 + 3), 4.2))
     ax = fig.add_subplot()
     width = 0.8 / max(1, len(variants))
     x = np.arange(len(executors))
@@ -70,11 +80,9 @@ def trials_figure(
     group: pd.DataFrame, model: str, board_key: str, unit: str, emulated: bool, onnxruntime: float | None
 ) -> Figure:
     """Latency against MetaSchedule trials: one line per configuration, 0 trials = untuned, ORT dashed."""
-    from matplotlib.figure import Figure
-
     from tvmbench.answers.tuning import trials_of
 
-    fig = Figure(figsize=(6.5, 4.2))
+    fig = new_figure(figsize=(6.5, 4.2))
     ax = fig.add_subplot()
     group = layout_in_executor(group)
     work = group.assign(_trials=[trials_of(r) for r in group.to_dict("records")])
@@ -105,11 +113,9 @@ def trials_figure(
 
 def releases_figure(group: pd.DataFrame, model: str, board_key: str, unit: str, emulated: bool) -> Figure:
     """Median latency per TVM release (oldest left): one line per configuration, whiskers the 95% CI."""
-    from matplotlib.figure import Figure
-
     order = sorted(set(group["tvm_version"]), key=version_key)
     position = {v: i for i, v in enumerate(order)}
-    fig = Figure(figsize=(max(6.5, 1.4 * len(order) + 3), 4.2))
+    fig = new_figure(figsize=(max(6.5, 1.4 * len(order) + 3), 4.2))
     ax = fig.add_subplot()
     group = layout_in_executor(group)
     work = group.assign(_budget=[int(b) if tuning_answers.is_tuned(b) else 0 for b in group["tuning_budget"]])
@@ -136,10 +142,8 @@ def releases_figure(group: pd.DataFrame, model: str, board_key: str, unit: str, 
 
 def failures_figure(statuses: Counter) -> Figure:
     """Horizontal bars: jobs per failure kind."""
-    from matplotlib.figure import Figure
-
     kinds = sorted(statuses, key=lambda k: (-statuses[k], k))
-    fig = Figure(figsize=(6.5, 0.5 * len(kinds) + 1.5))
+    fig = new_figure(figsize=(6.5, 0.5 * len(kinds) + 1.5))
     ax = fig.add_subplot()
     ax.barh(kinds, [statuses[k] for k in kinds], color="#c44")
     ax.invert_yaxis()

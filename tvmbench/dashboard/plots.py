@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tvmbench.answers import html_report
 from tvmbench.answers import query as q
-from tvmbench.answers.report_figures import png_bytes
+from tvmbench.answers.report_figures import new_figure, png_bytes
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -80,9 +80,8 @@ def png(draw: Callable[[], Figure]) -> bytes:
 def samples_figure(samples: list[float], unit: str, title: str) -> Figure:
     """Histogram of a run's samples, with its median marked."""
     import numpy as np
-    from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.5, 3.2))
+    fig = new_figure(figsize=(6.5, 3.2))
     ax = fig.add_subplot()
     values = np.asarray(samples, dtype=float)
     ax.hist(values, bins=min(30, max(5, len(values))), color="#4a7ebb", edgecolor="white")
@@ -101,9 +100,7 @@ def history_figure(data: dict[str, Any]) -> Figure:
     each point's baseline as a dotted line, failed results as crosses on the axis."""
     from datetime import datetime
 
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(8.5, 3.8))
+    fig = new_figure(figsize=(8.5, 3.8))
     ax = fig.add_subplot()
     points = data["points"]
     when = [datetime.fromisoformat(p["sweep_created_at"]) for p in points]
