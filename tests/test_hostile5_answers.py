@@ -253,3 +253,29 @@ def test_a_dollar_in_a_model_name_is_plotted_as_written(store: ResultStore, tmp_
     fig = new_figure(figsize=(3, 2))
     title = fig.add_subplot().set_title("cost $5 and $x")
     assert title.get_parse_math() is False  # drawn as written, not as math
+
+
+# --- 8: --csv with --json or --tsv: one of them won without a word ------------------------------------------
+
+
+def test_query_csv_with_json_or_tsv_is_refused(store: ResultStore) -> None:
+    add_sweep(store, "csvj0001", [Result(samples=noisy(1.0))])
+    for other in ("--json", "--tsv"):
+        code, out = _cli("results", "query", "--csv", other, "--db", store.url)
+        assert code == 2 and f"--csv and {other} are two formats for one output: choose one" in out, out
+
+
+# --- 9: in a pipe, a long sentence under a table was cut in two at 200 columns ------------------------------
+
+
+def test_a_long_compare_summary_and_verdict_stay_one_line_in_a_pipe(store: ResultStore) -> None:
+    model = "a-model-with-a-rather-long-name-" * 4  # 128 characters: every line naming it is long
+    for i, sweep_id in enumerate(("pipe0001", "pipe0002")):
+        results = [Result(model=model, samples=noisy(1.0 + i)), Result(model=model, opt_level=0, samples=noisy(2.0))]
+        add_sweep(store, sweep_id, results, created_at=T0 + timedelta(days=i))
+    code, out = _cli("results", "best", "--sweep", "pipe0002", "--db", store.url)
+    verdicts = [x for x in out.splitlines() if x.startswith(model) and " on host" in x]
+    assert code == 0 and len(verdicts) == 1 and ("is fastest" in verdicts[0] or "overlap" in verdicts[0]), out
+    code, out = _cli("results", "compare", "pipe0001", "pipe0002", "--db", store.url)
+    (summary,) = [x for x in out.splitlines() if x.startswith("pipe0001 -> pipe0002")]
+    assert code in (0, 1) and "only in B" in summary, out  # before: the end of the line on the next one

@@ -108,15 +108,25 @@ def print_best(console: Console, rows: list[dict[str, Any]], confidence: float, 
     for r in rows:
         style = "yellow" if r["uncertain"] else "green"
         head = f"{r['model']} on {r['board_key']}" + (f" ({r['unit']}):" if r["unit"] else ":")
-        console.print(Text.assemble((head, style), " ", r["verdict"]), highlight=False)
+        console.print(Text.assemble((head, style), " ", r["verdict"]), highlight=False, soft_wrap=_piped(console))
         for who in ("best", "runner_up"):
             for w in r.get(f"{who}_warnings") or []:
                 name = r["best"] if who == "best" else r["runner_up"]
-                console.print(Text.assemble("  ", ("warning", "red"), f" ({name}): {w}"), highlight=False)
+                console.print(
+                    Text.assemble("  ", ("warning", "red"), f" ({name}): {w}"),
+                    highlight=False,
+                    soft_wrap=_piped(console),
+                )
     if any(r.get("speedup_vs_onnxruntime") is not None for r in rows):
         console.print(f"{cols.ORT_HEADER}: ONNX Runtime's time over this one's (> 1: faster than ONNX Runtime)")
     if any(r["emulated"] for r in rows):
         console.print("emulated timings measure the emulator, not the hardware: they are ranked only among themselves")
+
+
+def _piped(console: Console) -> bool:
+    """Whether a sentence goes out as one line: in a pipe, the 200-column console cut a long one in two (a
+    compare summary's "... on 2" / "cores: ..."), which a grep then missed; a terminal wraps it at its width."""
+    return not console.is_terminal
 
 
 def print_compare(console: Console, result: Comparison, show_all: bool) -> None:
@@ -134,8 +144,8 @@ def print_compare(console: Console, result: Comparison, show_all: bool) -> None:
         for side in ("a", "b"):
             for w in r.get(f"warnings_{side}") or []:
                 line = Text.assemble("  ", ("warning", "red"), f" {job(r['job_key'])} {side.upper()}: {w}")
-                console.print(line, highlight=False)
-    console.print(result.summary(), highlight=False)
+                console.print(line, highlight=False, soft_wrap=_piped(console))
+    console.print(result.summary(), highlight=False, soft_wrap=_piped(console))
 
 
 def print_regressions(
@@ -152,7 +162,8 @@ def print_regressions(
     if unjudged:
         console.print(
             f"not enough history to judge {unjudged} latest result(s) (each needs {needed} earlier ok "
-            "results of the same configuration; --all lists them)"
+            "results of the same configuration; --all lists them)",
+            soft_wrap=_piped(console),
         )
     if not rows:
         if judged == 0:

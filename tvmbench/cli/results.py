@@ -236,6 +236,9 @@ def results_query(
     """Filter results; optionally group (counts, median/fastest/slowest of ok medians) or pivot them."""
     from tvmbench.answers import query
 
+    if as_csv and (as_json or tsv):  # before, JSON (or TSV) won without a word, as --json --tsv once did
+        other = "--json" if as_json else "--tsv"
+        fail(f"--csv and {other} are two formats for one output: choose one", code=2)
     tables(wide, only, tsv, as_json)
     _name_notes()
     if max_memory_mb is not None and not max_memory_mb > 0:  # nan too
