@@ -407,3 +407,15 @@ def test_a_board_stopped_mid_session_ends_the_attempt_as_infra(
     run = StopsTheBoard(state["boards"][0]["pid"]).run(request)
     assert run.status == "infra" and run.board_id == board, run
     assert f"{board} stopped answering" in run.error and "kill -CONT" in run.error, run.error
+
+
+def test_farm_list_names_a_stopped_free_board_and_does_not_wait_for_it(
+    stopped_board: tuple[str, dict[str, Any]],
+) -> None:
+    """`farm list` asks each free board for its facts; a stopped one (still registered, still free in the
+    tracker's queue) took the connection and TVM waited for its handshake forever. Now it is "not answering"."""
+    board, _ = stopped_board
+    listed = invoke("farm", "list", "--json")
+    assert listed.exit_code == 0, listed.output
+    rows = {row["board"]: row for row in json.loads(listed.stdout)["boards"]}
+    assert rows[board]["state"] == "not answering", rows

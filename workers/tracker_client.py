@@ -164,7 +164,9 @@ def _tracker_socket(tracker: str, timeout_s: float) -> socket.socket:
     return sock
 
 
-def _request_once(tracker: str, key: str, wait_s: float, session_timeout_s: float) -> Session:
+def _request_once(
+    tracker: str, key: str, wait_s: float, session_timeout_s: float, handshake_s: float | None = None
+) -> Session:
     """One REQUEST to the tracker, bounded by ``wait_s`` (TimeoutError -> DeviceUnavailable)."""
     from tvm import rpc
 
@@ -185,7 +187,9 @@ def _request_once(tracker: str, key: str, wait_s: float, session_timeout_s: floa
     url, port, matchkey = value[1]
     opened_at = time.monotonic()
     board_id = f"{key}@{url}:{port}"
-    remote = connect_bounded(lambda: rpc.connect(url, port, matchkey, session_timeout_s), url, port, board_id)
+    remote = connect_bounded(
+        lambda: rpc.connect(url, port, matchkey, session_timeout_s), url, port, board_id, handshake_s
+    )
     return Session(remote=remote, board_id=board_id, opened_at=opened_at)
 
 
@@ -325,6 +329,7 @@ def request_session(
     avoid: frozenset[str] = frozenset(),
     prefer_not: frozenset[str] = frozenset(),
     registration_wait_s: float | None = None,
+    handshake_s: float | None = None,
 ) -> Session:
     """Ask the tracker for a board of ``key``, giving up after ``deadline_s``.
 
@@ -338,6 +343,8 @@ def request_session(
       on such a board is *held* while asking again, so that the tracker must offer a different board
       (a released board would go straight back into its queue); held sessions are closed before
       returning. When every registered board of the key is avoided, DeviceUnavailable says so.
+    - a board the tracker offers has ``handshake_s`` (default HANDSHAKE_S) to answer the RPC handshake, else
+      BoardNotAnswering names it.
     """
     start = time.monotonic()
     deadline = start + deadline_s
@@ -390,7 +397,7 @@ def request_session(
                 time.sleep(min(0.5, max(remaining, 0)))
                 continue
             try:
-                session = _request_once(tracker, key, remaining, session_timeout_s)
+                session = _request_once(tracker, key, remaining, session_timeout_s, handshake_s)
             except DeviceUnavailable:
                 continue  # the deadline has passed: the top of the loop decides
             except BoardNotAnswering:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from workers.board_session import board_facts, key_release
-from workers.tracker_client import DeviceUnavailable, request_session, tracker_summary
+from workers.tracker_client import BoardNotAnswering, DeviceUnavailable, request_session, tracker_summary
 
 
 def board_rows(tracker: str) -> list[dict[str, Any]]:
@@ -28,12 +28,16 @@ def board_rows(tracker: str) -> list[dict[str, Any]]:
     return rows
 
 
-def live_board_facts(tracker: str, deadline_s: float = 5.0) -> dict[str, dict[str, Any] | None]:
+def live_board_facts(
+    tracker: str, deadline_s: float = 5.0, silent: set[str] | None = None
+) -> dict[str, dict[str, Any] | None]:
     """Ask every free board for its facts: {board id: facts, or None for a stock RPC server}.
 
     The tracker hands out a board per request, not a named one, so for a key with N free boards N
     sessions are held open at once, which reaches each board once. A board busy with a sweep is not
-    waited for (it is simply missing from the answer).
+    waited for (it is simply missing from the answer). A board offered that does not answer the handshake
+    within ``deadline_s`` (stopped: SIGSTOP, hung) is added to ``silent`` (before, `farm list` waited for
+    it forever).
     """
     summary = tracker_summary(tracker)
     facts: dict[str, dict[str, Any] | None] = {}
@@ -42,7 +46,11 @@ def live_board_facts(tracker: str, deadline_s: float = 5.0) -> dict[str, dict[st
         try:
             for _ in range(int(queue.get("free", 0))):
                 try:
-                    session = request_session(tracker, key, deadline_s, session_timeout_s=30)
+                    session = request_session(tracker, key, deadline_s, session_timeout_s=30, handshake_s=deadline_s)
+                except BoardNotAnswering as exc:
+                    if silent is not None:
+                        silent.add(exc.board_id)
+                    continue  # the tracker took it out of the queue: the next request gets another board
                 except (DeviceUnavailable, OSError, RuntimeError):
                     break
                 sessions.append(session)
@@ -59,8 +67,9 @@ def board_list(tracker: str, known: dict[str, Any], live: bool = True) -> list[d
     boards are asked for their facts now; a board that does not answer is in use (busy).
     """
     rows = board_rows(tracker)
+    silent: set[str] = set()
     try:
-        fresh = live_board_facts(tracker) if live else {}
+        fresh = live_board_facts(tracker, silent=silent) if live else {}
     except OSError:
         fresh = {}
     for row in rows:
@@ -70,6 +79,8 @@ def board_list(tracker: str, known: dict[str, Any], live: bool = True) -> list[d
         # Answered now: free (or its recorded health if that is bad); not answered: in use.
         answered = "free" if health in ("new", "ok") else health
         state = answered if row["board"] in fresh else ("busy" if live else health)
+        if row["board"] in silent:  # offered as free, then no answer: not "busy", which reads as working
+            state = "not answering"
         row.update(
             {
                 "state": state,
