@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -110,7 +111,8 @@ class ResultStore:
         except SQLAlchemyError as exc:
             # The driver's own words (refused, unknown role, wrong password), as the one error every caller
             # of the store handles (the CLI, the Python API, the dashboard); never with the password.
-            raise StoreError(redact(f"results database {shown_url(self.url)}: {one_line(exc)}", self.url)) from None
+            said = f"results database {shown_url(self.url)}: {one_line(exc)}{_what_to_do(exc, self.url)}"
+            raise StoreError(redact(said, self.url)) from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     def _create_or_upgrade(self) -> str | None:
@@ -429,6 +431,16 @@ class ResultStore:
     def tuning_scopes(self) -> list[dict[str, Any]]:
         """One row per scope in the database: target, board key, TVM, equality, workloads and records."""
         return self._read(tuning_records.scopes)
+
+
+def _what_to_do(exc: Exception, url: str) -> str:
+    """The fix, after the driver's words, where they leave it out: a PostgreSQL database not created yet."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql" and f'database "{parsed.database}" does not exist' in str(exc):
+        # tvmbench creates the schema, not the database: that needs the server's CREATEDB right.
+        who = f" -U {parsed.username}" if parsed.username else ""
+        return f": create it (createdb -h {parsed.host or 'localhost'} -p {parsed.port or 5432}{who} {parsed.database})"
+    return ""
 
 
 def _identity(path: os.PathLike[str] | str) -> tuple[int, int]:

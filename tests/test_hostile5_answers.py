@@ -279,3 +279,17 @@ def test_a_long_compare_summary_and_verdict_stay_one_line_in_a_pipe(store: Resul
     code, out = _cli("results", "compare", "pipe0001", "pipe0002", "--db", store.url)
     (summary,) = [x for x in out.splitlines() if x.startswith("pipe0001 -> pipe0002")]
     assert code in (0, 1) and "only in B" in summary, out  # before: the end of the line on the next one
+
+
+# --- 10: a PostgreSQL database not created yet: the driver's words, and nothing on what to do -----------------
+
+
+@pytest.mark.postgres
+def test_a_postgresql_database_that_does_not_exist_says_to_create_it(pg_url: str) -> None:
+    from sqlalchemy.engine import make_url
+
+    url = make_url(pg_url).set(database="tvmbench_never_created_5c")
+    for args in (("db", "upgrade"), ("results", "list")):
+        code, out = _cli(*args, "--db", url.render_as_string(hide_password=False))
+        assert code == 2 and 'database "tvmbench_never_created_5c" does not exist: create it (createdb -h ' in out, out
+        assert out.rstrip().endswith(" tvmbench_never_created_5c)"), out
