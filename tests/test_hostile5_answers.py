@@ -293,3 +293,21 @@ def test_a_postgresql_database_that_does_not_exist_says_to_create_it(pg_url: str
         code, out = _cli(*args, "--db", url.render_as_string(hide_password=False))
         assert code == 2 and 'database "tvmbench_never_created_5c" does not exist: create it (createdb -h ' in out, out
         assert out.rstrip().endswith(" tvmbench_never_created_5c)"), out
+
+
+# --- 11: --tsv wrote an interval column ("ci") as its low end alone ------------------------------------------
+
+
+def test_tsv_writes_both_ends_of_an_interval(store: ResultStore) -> None:
+    add_sweep(store, "tsvc0001", [Result(samples=noisy(1.0)), Result(opt_level=0, samples=noisy(2.0, seed=1))])
+    code, out = _cli("results", "best", "--tsv", "--columns", "best,median,ci,runner_up_ci", "--db", store.url)
+    (row,) = [x.split("\t") for x in out.splitlines() if x.startswith("vm-compiled")]
+    (best,) = json.loads(_cli("results", "best", "--json", "--db", store.url)[1])
+    assert code == 0 and row[2] == f"[{best['best_lo']}, {best['best_hi']}]", row  # before: the low end alone
+    assert row[3] == f"[{best['runner_up_lo']}, {best['runner_up_hi']}]", row
+    add_sweep(store, "tsvc0002", [Result(samples=noisy(1.5)), Result(opt_level=0, samples=noisy(2.0, seed=1))])
+    code, out = _cli(
+        "results", "compare", "tsvc0001", "tsvc0002", "--all", "--tsv", "--columns", "ci", "--db", store.url
+    )
+    cells = [x for x in out.splitlines() if x.startswith("[")]
+    assert code in (0, 1) and len(cells) == 2 and all(c.count(",") == 1 for c in cells), out

@@ -7,6 +7,7 @@ Priority 0 columns answer the table's question and always show; 1, 2, ... are dr
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from numbers import Real
 from typing import Any
 
@@ -268,7 +269,7 @@ def best(label: str, metric: str = "steady") -> list[Column]:
                legend=CONFIG_LEGEND, style=lambda r: "yellow" if r["uncertain"] or not r["best"] else None),
         Column("first" if first else "median", figure, "best_value", priority=0, right=True,
                text=lambda r: fmt(_ranked(r, "best")) + flag(r.get("best_warnings"))),
-        Column("ci", label, "best_lo", priority=0, text=lambda r: ci(r["best_lo"], r["best_hi"])),
+        Column("ci", label, _span("best"), priority=0, text=lambda r: ci(r["best_lo"], r["best_hi"])),
         Column("ort", ORT_HEADER, "speedup_vs_onnxruntime", priority=0, right=True,
                text=lambda r: fmt(r["speedup_vs_onnxruntime"], 3)),
         Column("peak", "peak MB", "best_peak_mem_mb", priority=2, right=True,
@@ -278,7 +279,7 @@ def best(label: str, metric: str = "steady") -> list[Column]:
                short=lambda r: short_config(r["runner_up"], r["board_key"]), legend=CONFIG_LEGEND),
         Column("runner_up_first" if first else "runner_up_median", f"runner-up {figure}", "runner_up_value",
                priority=1, right=True, text=lambda r: fmt(_ranked(r, "runner_up")) + flag(r.get("runner_up_warnings"))),
-        Column("runner_up_ci", f"runner-up {label}", "runner_up_lo", priority=2,
+        Column("runner_up_ci", f"runner-up {label}", _span("runner_up"), priority=2,
                text=lambda r: ci(r["runner_up_lo"], r["runner_up_hi"])),
         Column("slowest", "×slowest", "speedup_vs_slowest", priority=2, right=True,
                text=lambda r: fmt(r["speedup_vs_slowest"], 3)),
@@ -292,6 +293,11 @@ def _ranked(row: dict[str, Any], who: str) -> Any:
     return row.get(f"{who}_value", row.get(f"{who}_median"))
 
 
+def _span(prefix: str) -> Callable[[dict[str, Any]], tuple[Any, Any]]:
+    """An interval column's value, (lo, hi): --tsv writes both ends (it wrote the low end alone under "ci")."""
+    return lambda r: (r[f"{prefix}_lo"], r[f"{prefix}_hi"])
+
+
 def layouts(label: str) -> list[Column]:
     """`results best`, a layout axis: per layout its fastest configuration, median, interval, ×best."""
     return [
@@ -299,9 +305,10 @@ def layouts(label: str) -> list[Column]:
         Column("config", "fastest configuration", "config", priority=0, wrap=True,
                short=lambda e: short_config(e["config"]), legend=CONFIG_LEGEND),
         Column("median", "median", "median", priority=0, right=True),
-        Column("ci", label, "median_lo", priority=0, text=lambda e: ci(e["median_lo"], e["median_hi"])),
+        Column("ci", label, _span("median"), priority=0, text=lambda e: ci(e["median_lo"], e["median_hi"])),
         Column("x_best", "×best", "ratio_to_best", priority=0, right=True, text=lambda e: fmt(e["ratio_to_best"], 3)),
-        Column("ratio_ci", f"×best {label}", "ratio_lo", priority=1, text=lambda e: ci(e["ratio_lo"], e["ratio_hi"])),
+        Column("ratio_ci", f"×best {label}", _span("ratio"), priority=1,
+               text=lambda e: ci(e["ratio_lo"], e["ratio_hi"])),
     ]  # fmt: skip
 
 
@@ -322,7 +329,7 @@ COMPARE = [
     Column("a", "A", "median_a", priority=0, right=True, text=lambda r: _side(r, "a")),
     Column("b", "B", "median_b", priority=0, right=True, text=lambda r: _side(r, "b")),
     Column("ratio", "B/A", "ratio", priority=0, right=True, text=lambda r: fmt(r["ratio"], 3)),
-    Column("ci", "95% CI", "ratio_lo", priority=1, text=lambda r: ci(r["ratio_lo"], r["ratio_hi"])),
+    Column("ci", "95% CI", _span("ratio"), priority=1, text=lambda r: ci(r["ratio_lo"], r["ratio_hi"])),
     Column("p", "p", "p_value", priority=2, right=True, text=lambda r: fmt(r["p_value"], 2)),
     Column("verdict", "verdict", "verdict", priority=0, style=lambda r: _VERDICT_STYLE.get(r["verdict"])),
 ]
@@ -441,7 +448,7 @@ RELEASES = [
     Column("board", "board", "board_key", priority=1),
     Column("release", "TVM", "release", priority=0),
     Column("median", "median", "median", priority=0, right=True, text=_release_median),
-    Column("ci", "95% CI", "median_lo", priority=2, text=lambda r: ci(r["median_lo"], r["median_hi"])),
+    Column("ci", "95% CI", _span("median"), priority=2, text=lambda r: ci(r["median_lo"], r["median_hi"])),
     Column("x_newest", "×newest", "ratio_to_newest", priority=0, right=True,
            text=lambda r: fmt(r["ratio_to_newest"], 3)),
     Column("x_before", "×before", "ratio", priority=1, right=True, text=lambda r: fmt(r["ratio"], 3)),

@@ -400,6 +400,9 @@ def _print_tsv(columns: Sequence[Column], rows: Sequence[dict[str, Any]], wanted
 
     def raw(col: Column, row: dict[str, Any]) -> str:
         value = col.value(row)
+        if isinstance(value, tuple):  # an interval: both ends unrounded, "[lo, hi]" ("" when it has none)
+            ends = ["" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v) for v in value]
+            return f"[{', '.join(ends)}]" if any(ends) else ""
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return ""
         # Numbers unrounded and ids whole (a spreadsheet computes with them); other cells as on screen.
