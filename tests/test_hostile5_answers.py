@@ -12,6 +12,9 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -311,3 +314,45 @@ def test_tsv_writes_both_ends_of_an_interval(store: ResultStore) -> None:
     )
     cells = [x for x in out.splitlines() if x.startswith("[")]
     assert code in (0, 1) and len(cells) == 2 and all(c.count(",") == 1 for c in cells), out
+
+
+# --- 12: `serve --host ::1` answered any Host header (no DNS rebinding check on IPv6 loopback) ----------------
+
+
+def _get_with_host(url: str, host: str) -> int:
+    request = urllib.request.Request(url, headers={"Host": host})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_an_ipv6_loopback_dashboard_answers_only_its_own_names(store: ResultStore) -> None:
+    from orchestrator.farm import listen
+    from tvmbench.dashboard.server import make_server
+
+    add_sweep(store, "ipv60001", [Result(samples=noisy(1.0))])
+    try:
+        sock = listen("::1", 0)
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    reader = open_readonly(store.url)
+    server = make_server(reader, sock)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "the dashboard did not start"
+            time.sleep(0.05)
+        port = sock.getsockname()[1]
+        url = f"http://[::1]:{port}/api/sweeps"
+        assert _get_with_host(url, "evil.example") == 400  # before: 200, a rebinding page could read it
+        assert _get_with_host(url, f"evil.example:{port}") == 400
+        assert _get_with_host(url, f"[::1]:{port}") == 200 and _get_with_host(url, f"localhost:{port}") == 200
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+        reader.close()

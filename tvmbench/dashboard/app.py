@@ -20,10 +20,10 @@ from urllib.parse import quote, urlencode
 import jinja2
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -108,6 +108,24 @@ class JSONResponse(Response):
 
     def render(self, content: Any) -> bytes:
         return json.dumps(views.jsonable(content), indent=2, default=str).encode()
+
+
+class HostCheck:
+    """Answer only requests whose Host header names one of ``allowed_hosts`` (400 otherwise), an IPv6 literal
+    such as ``[::1]:8321`` included: Starlette's TrustedHostMiddleware cut it at its first colon ("["), so a
+    dashboard on ``--host ::1`` was served with no check, open to DNS rebinding."""
+
+    def __init__(self, app: Any, allowed_hosts: list[str]) -> None:
+        self.app, self.allowed = app, {h.lower() for h in allowed_hosts}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            host = Headers(scope=scope).get("host", "").lower()
+            name = host[: host.find("]") + 1] if host.startswith("[") else host.split(":")[0]
+            if name not in self.allowed:
+                await PlainTextResponse("Invalid host header", status_code=400)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def create_app(
@@ -318,7 +336,7 @@ def create_app(
         Route("/api/farm", bounded(farm_page)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)] if allowed_hosts else []
+    middleware = [Middleware(HostCheck, allowed_hosts=allowed_hosts)] if allowed_hosts else []
     return Starlette(
         routes=routes,
         middleware=middleware,

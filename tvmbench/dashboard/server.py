@@ -61,7 +61,9 @@ def make_server(
 
     host = sock.getsockname()[0]
     # A loopback dashboard answers only to its own names (no DNS rebinding); a wider one to any name.
-    allowed = ["127.0.0.1", "localhost", host] if sock.family == socket.AF_INET and is_loopback(host) else None
+    # An IPv6 address is written in brackets in the Host header ([::1]:8321).
+    named = f"[{host}]" if sock.family == socket.AF_INET6 else host
+    allowed = ["127.0.0.1", "localhost", named] if is_loopback(host) else None
     app = create_app(store, tracker=tracker, poll_ms=poll_ms or POLL_MS, allowed_hosts=allowed)
     config = uvicorn.Config(app, log_level="warning", access_log=False)
     return uvicorn.Server(config)
