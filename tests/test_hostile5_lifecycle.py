@@ -1,9 +1,18 @@
 """A hostile user against the sweep's lifecycle, the scheduler and the farm (the engine room), fifth pass.
 
 - A tracker killed mid-sweep: every job after the first waited ``device_wait_s`` again (a 30 s wait took 60-120 s
-  and more, one wait per distinct program), although later jobs of a key found with no board do not wait.
+  and more, one wait per distinct program), although later jobs of a key found with no board do not wait; a
+  stopped tracker (SIGSTOP) cost each later job the summary's 10 s.
 - A board agent registered with the tracker but stopped (SIGSTOP): the kernel still accepts the connection on
-  its port and TVM's rpc.connect waited for the handshake forever, so the sweep hung.
+  its port and TVM's rpc.connect waited for the handshake forever, so the sweep (and `farm list`) hung; one
+  stopped mid-session never ended its session, and the client's RPC call waited forever. `farm status` said
+  "running" of it.
+- `sweep cancel` of a stopped driver marked the jobs itself; the driver, woken, measured them anyway and
+  stored the sweep complete.
+- `sweep resume` with a --db that does not exist created an empty database; a model gone since the sweep ran
+  was answered with the parser's "give the path" advice; the summary line was cut at 200 columns in a pipe.
+- The Python API: a ``pathlib.Path`` db refused, `plan` on a fresh machine raised, wrong types and ranges
+  failed deep inside (or not at all: compare of a sweep with itself).
 
 Real trackers and board agents on loopback where the behaviour needs them; a virtual clock or a socket that
 never answers at the seams. No Ray, no timing assertions.
