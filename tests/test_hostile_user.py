@@ -844,3 +844,25 @@ def test_a_graph_no_runtime_can_load_is_refused_at_intake(tmp_path: Path, home: 
     assert result.exit_code == 2 and expected in line and "the model is invalid" in line, result.output
     ordered = invoke("sweep", "plan", str(write_sweep(tmp_path, '[[models]]\npath = "out_of_order.onnx"\n', "o.toml")))
     assert ordered.exit_code == 0, ordered.output
+
+
+def test_bidi_controls_in_names_are_refused(tmp_path: Path, home: Path) -> None:
+    """U+202E (category Cf, not Cc) in a name reversed the rest of its row, figures included, in a bidi-aware
+    terminal; the tables escape it, and sweep files and model intake now refuse it like a control character."""
+    from onnx import TensorProto, helper
+
+    onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
+    sweep = write_sweep(tmp_path, '[[models]]\npath = "m.onnx"\nname = "m\\u202eode"\n')
+    line = one_error_line(invoke("sweep", "plan", str(sweep)))
+    assert "models[0].name" in line and "the bidi control U+202E" in line and "\u202e" not in line, line
+    tensor = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x\u2067"], ["y"])],
+        "g",
+        [tensor("x\u2067", TensorProto.FLOAT, [1, 4])],
+        [tensor("y", TensorProto.FLOAT, [1, 4])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "bidi.onnx")
+    result = invoke("sweep", "plan", str(write_sweep(tmp_path, '[[models]]\npath = "bidi.onnx"\n', "b.toml")))
+    line = one_error_line(result)
+    assert result.exit_code == 2 and "the bidi control U+2067" in line and "\u2067" not in line, line

@@ -113,7 +113,7 @@ def test_adaptive_sampling_reaches_the_ci_and_memory_follows_the_intermediate(
     fits = reads.query(store, reads.Filters(sweep=spec.sweep_id, max_memory_mb=(tiny["peak_mem_mb"] + 4)))
     assert list(fits["model"]) == ["tiny_mlp"]
     first = ranking.best(store, reads.Filters(sweep=spec.sweep_id), metric="first")
-    assert {r["model"]: r["best_median"] for r in first} == {
+    assert {r["model"]: r["best_value"] for r in first} == {
         "tiny_mlp": pytest.approx(tiny["first_ms"]),
         "outer_product": pytest.approx(outer["first_ms"]),
     }

@@ -44,8 +44,8 @@ def test_best_ranks_steady_or_first_and_prints_peak_and_warnings(store) -> None:
     assert steady["runner_up_warnings"] == []
     code, out = _cli("results", "best", "--sweep", "a", "--metric", "first", "--json", *db)
     (first,) = json.loads(out)
-    assert first["best"].startswith("vm-bytecode O2") and first["best_median"] == 20.0
-    assert first["runner_up_median"] == 90.0 and first["runner_up_warnings"] == [WARNING]
+    assert first["best"].startswith("vm-bytecode O2") and first["best_value"] == 20.0
+    assert first["runner_up_value"] == 90.0 and first["runner_up_warnings"] == [WARNING]
     code, out = _cli("results", "best", "--sweep", "a", *db)
     assert code == 0 and "![1]" in out and f"warning (vm-compiled O2 per-target (host)): {WARNING}" in out
     code, out = _cli("results", "best", "--metric", "cold", *db)

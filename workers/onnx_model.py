@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 
 from tvmbench.core.errors import describe_missing
-from tvmbench.core.printable import shortened
+from tvmbench.core.printable import shortened, unprintable
 
 BUNDLED_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
@@ -266,13 +266,11 @@ def _no_control_characters(graph: onnx.GraphProto, path: Path) -> None:
         *(("tensor", t) for n in graph.node for t in (*n.input, *n.output)),
     ]
     for what, name in names:
-        if name.isprintable():  # the common case, and no control character in it
-            continue
-        bad = next((c for c in name if unicodedata.category(c) == "Cc"), None)
+        bad = unprintable(name)
         if bad is not None:
+            kind = "the control character" if unicodedata.category(bad) == "Cc" else "the bidi control"
             raise ModelError(
-                f"{path}: {what} {name!r} contains the control character U+{ord(bad):04X}; rename it "
-                "(names are printed on terminals)"
+                f"{path}: {what} {name!r} contains {kind} U+{ord(bad):04X}; rename it (names are printed on terminals)"
             )
 
 

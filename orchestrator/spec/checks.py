@@ -7,6 +7,8 @@ import unicodedata
 from collections.abc import Callable
 from typing import Any
 
+from tvmbench.core.printable import unprintable
+
 MAX_NAME = 100  # characters of a name or label: each heads table rows, page titles and plot legends
 # A tracker key: TVM matches a board's key up to a ':', and the farm names files and releases after it.
 BOARD_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
@@ -78,9 +80,10 @@ def no_control_characters(where: str, value: Any) -> None:
         for i, item in enumerate(value):
             no_control_characters(f"{where}[{i}]", item)
     elif isinstance(value, str):
-        bad = next((c for c in value if unicodedata.category(c) == "Cc"), None)
+        bad = unprintable(value)
         if bad is not None:
+            kind = "the control character" if unicodedata.category(bad) == "Cc" else "the bidi control"
             raise SpecError(
-                f"{where} = {value!r} contains the control character U+{ord(bad):04X}; remove it "
+                f"{where} = {value!r} contains {kind} U+{ord(bad):04X}; remove it "
                 "(names and paths are printed on terminals)"
             )

@@ -24,17 +24,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tvmbench.core.printable import printable
+from tvmbench.core.printable import BIDI_CONTROLS, printable
 
 MIN_ID = 8  # ids shown are never shorter: a prefix this long is what every command accepts
 GAP = 2  # spaces between the columns of plain text
 WRAP_WIDTH = 20  # a wrapping column is not squeezed below this before lower-priority columns are dropped
 
 
-#: Bidirectional formatting characters (Unicode category Cf, so sweep files accept them): an override such as
-#: U+202E in a name shows the rest of its line right to left in a bidi-aware terminal, the numbers beside it
-#: reversed ("0.25 ms" reads "sm 52.0"). Shown as their escapes, like the control characters.
-_BIDI = {c: f"\\u{c:04x}" for c in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+#: Bidi controls (``BIDI_CONTROLS``) shown as their escapes, like the control characters: stored before
+#: intake refused them, or from a team's database.
+_BIDI = {c: f"\\u{c:04x}" for c in BIDI_CONTROLS}
 
 
 def shown(text: str) -> str:

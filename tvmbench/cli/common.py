@@ -136,7 +136,8 @@ def check_range(option: str, value: float, low: float, high: float | None = None
 
 def note(message: str) -> None:
     """A progress note on stderr (dimmed), for long steps such as provisioning a board."""
-    err.print(redact(message), style="dim", highlight=False)
+    # One line in a pipe or a log (not cut at the console's 200 columns); wrapped between words in a terminal.
+    err.print(redact(message), style="dim", highlight=False, soft_wrap=not err.is_terminal)
 
 
 def home() -> Path:

@@ -100,9 +100,9 @@ def sweep_plan(
         return
     report.plan_table(console, spec.sweep_id, rows)
     for line in _toolchain_lines(needs, rows):
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(line, highlight=False, soft_wrap=not console.is_terminal)
     if default:
-        console.print(default, highlight=False, soft_wrap=True)
+        console.print(default, highlight=False, soft_wrap=not console.is_terminal)
 
 
 def _toolchain_needs(spec: SweepSpec) -> list:
@@ -262,8 +262,8 @@ def _execute(
     else:
         report.results_table(console, rows, title=f"sweep {spec.sweep_id} ({spec.name})")
         # One line however long (several hundred characters with every part): a pipe or a file gets it whole,
-        # not cut at the console's 200 columns; a terminal wraps it itself.
-        console.print(report.outcome_line(outcome), soft_wrap=True)
+        # not cut at the console's 200 columns; a terminal gets it wrapped at its width, between words.
+        console.print(report.outcome_line(outcome), soft_wrap=not console.is_terminal)
     if not outcome.complete:
         raise typer.Exit(3)
     if any(status != "ok" for status in outcome.statuses):

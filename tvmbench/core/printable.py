@@ -10,6 +10,18 @@ from __future__ import annotations
 
 import unicodedata
 
+#: Bidirectional formatting characters (Unicode category Cf, not Cc): an override such as U+202E in a name
+#: shows the rest of its line right to left in a bidi-aware terminal, the numbers beside it reversed
+#: ("0.25 ms" reads "sm 52.0"). Sweep files and model intake refuse them like control characters.
+BIDI_CONTROLS = frozenset((0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)))
+
+
+def unprintable(text: str) -> str | None:
+    """The first control character or bidi control in ``text`` (None when there is none)."""
+    if text.isprintable() and not any(ord(c) in BIDI_CONTROLS for c in text):
+        return None
+    return next((c for c in text if unicodedata.category(c) == "Cc" or ord(c) in BIDI_CONTROLS), None)
+
 
 def printable(text: str) -> str:
     """``text`` with each control character but newline and tab written as its Python escape (``\\x1b``)."""
