@@ -866,3 +866,12 @@ def test_bidi_controls_in_names_are_refused(tmp_path: Path, home: Path) -> None:
     result = invoke("sweep", "plan", str(write_sweep(tmp_path, '[[models]]\npath = "bidi.onnx"\n', "b.toml")))
     line = one_error_line(result)
     assert result.exit_code == 2 and "the bidi control U+2067" in line and "\u2067" not in line, line
+
+
+def test_a_long_note_is_one_line_in_a_pipe(capsys: pytest.CaptureFixture[str]) -> None:
+    """A progress note (e.g. that the sweep file changed since the sweep ran) was cut at 200 columns in a pipe."""
+    from tvmbench.cli.common import note
+
+    note("the sweep file changed since the sweep ran " * 12)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) > 400, err
