@@ -124,6 +124,14 @@ class Held(dict):  # type: ignore[type-arg]  # dict[str, Toolchain]
             lock.close()
         self.holds.clear()
 
+    def __enter__(self) -> Held:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        # Now, not when the mapping is collected: a traceback that keeps it alive kept the holds, and an
+        # ``add`` of the same toolchain in this process then waited for its own lock.
+        self.release()
+
 
 def ensure(
     toolchains: tuple[str, ...], *, provision_missing: bool = True, progress: Callable[[str], None] = lambda _l: None
@@ -132,10 +140,22 @@ def ensure(
     added one held while the mapping lives (``Held``).
 
     With ``provision_missing`` False a missing toolchain is a ToolchainError naming it and its ``add``.
+    Use it as a context manager to let go of the holds at a known point (``Held.release``).
     """
+    found = Held()
+    try:
+        _find_each(found, toolchains, provision_missing, progress)
+    except BaseException:
+        found.release()  # a refusal or Ctrl-C half-way holds nothing (a traceback kept the holds alive)
+        raise
+    return found
+
+
+def _find_each(
+    found: Held, toolchains: tuple[str, ...], provision_missing: bool, progress: Callable[[str], None]
+) -> None:
     from workers.toolchains import provision, registry
 
-    found = Held()
     provisioned: list[str] = []  # by this call, for the line a Ctrl-C gets
     for wanted in needs(toolchains):
         toolchain = wanted.toolchain
@@ -160,7 +180,6 @@ def ensure(
         if toolchain.kind != INSTALLED:
             found.holds.append(registry.hold(toolchain.name))
         found[wanted.text] = toolchain
-    return found
 
 
 def version_of(job: Job, toolchains: Mapping[str, Toolchain], default: str) -> str:

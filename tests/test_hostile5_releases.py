@@ -174,6 +174,25 @@ def test_ctrl_c_between_two_provisionings_says_what_is_kept(home: Path, monkeypa
         "toolchain 0.25.0.post1: provisioning interrupted, nothing of it kept; 0.26.0 provisioned and kept; "
         "run the command again to provision the rest"
     )
+    # The hold on 0.26.0 went with the interrupt, not with the traceback pytest keeps.
+    assert registry.lock_holders(registry.lock_file("0.26.0"), include_self=True) == []
+
+
+def test_adding_a_toolchain_a_sweep_of_this_process_holds_does_not_wait_for_itself(home: Path) -> None:
+    """CI hung 20 minutes: a hold of 0.26.0 this process still had made `add` of it wait for its own lock."""
+    recorded = _recorded("0.26.0")
+    with axis.ensure(("0.26.0",), provision_missing=False):
+        lines: list[str] = []
+        assert provision.add("0.26.0", lines.append) == recorded  # added already: no lock taken
+        assert lines == ["toolchain 0.26.0 is added already (TVM 0.26.0)"]
+        # One that must be provisioned again (its pins changed) would wait: it is one line instead.
+        write_record(
+            registry.directory("0.26.0"),
+            Toolchain("0.26.0", "release", "0.26.0", sys.executable, "0.26.0", "0.1.0", provision_s=1.0),
+        )
+        with pytest.raises(ToolchainError, match=r"^toolchain 0.26.0 is held by this process .* end that sweep"):
+            provision.add("0.26.0")
+    assert registry.lock_holders(registry.lock_file("0.26.0"), include_self=True) == []
 
 
 SWEEP = """

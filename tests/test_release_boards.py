@@ -216,6 +216,7 @@ def test_farm_up_tvm_starts_a_board_of_that_release_status_shows_it_down_stops_i
     ("args", "culprit"),
     [
         (["--tvm", "9.9.9"], "`tvmbench toolchains add 9.9.9`"),
+        (["--tvm", "0.26"], "--tvm 0.26: write 0.26.0, the pinned release it matches"),
         (["--tvm", ""], "--tvm '': give a TVM release"),
         (["--board", "host", "--tvm", "9.9.9"], "no toolchain of TVM 9.9.9 here"),
         (["--board", "arm64-emu", "--tvm", "9.9.9"], "`tvmbench toolchains add 9.9.9`"),

@@ -115,10 +115,26 @@ def run_sweep(
     ``toolchains``: the tvm axis' toolchains (orchestrator/toolchains.ensure); looked up here when not
     given, before anything is recorded (ToolchainError, one line, when one is missing or unknown).
     """
+    if spec.toolchains and toolchains is None:
+        with toolchain_axis.ensure(spec.toolchains, provision_missing=False) as held:
+            return run_sweep(
+                spec,
+                store,
+                tracker,
+                cache,
+                progress=progress,
+                max_builds=max_builds,
+                farm_resource=farm_resource,
+                health_checks=health_checks,
+                reopen_cancelled=reopen_cancelled,
+                executors=executors,
+                pool=pool,
+                boards=boards,
+                listeners=listeners,
+                toolchains=held,
+            )
     jobs = plan_jobs(spec)
     tvm_version = tvm_versions()[0]
-    if spec.toolchains and toolchains is None:
-        toolchains = toolchain_axis.ensure(spec.toolchains, provision_missing=False)
     releases = {text: t.tvm_version for text, t in (toolchains or {}).items()}
     model_data = spec.read_models()  # before anything is recorded: a file changed since it was read is refused
     todo, outcome = _begin(spec, store, jobs, tvm_version, reopen_cancelled, releases)
@@ -271,25 +287,25 @@ def _execute(
             spec, store, tracker or "", cache, progress=progress, reopen_cancelled=reopen_cancelled, toolchains={}
         )
     # Before the farm and Ray: a missing or unknown toolchain is its one line with nothing started or recorded.
-    found = toolchain_axis.ensure(spec.toolchains, provision_missing=provision, progress=note)
-    board_keys = {t.board_key for t in spec.targets}
-    # An ephemeral farm starts boards of each release, and of the installed one for a baseline (no release).
-    baseline = any(registry.get(e).baseline for e in spec.executors)
-    runtimes = toolchain_axis.board_runtimes(found, installed_too=baseline)
-    with farm.farm_for_run(home, tracker, boards, board_keys, note, toolchains=runtimes) as address:
-        ensure_ray(ray_address)
-        if farm_resource:
-            try:
-                check_farm_resource(farm_resource)
-            except ValueError as exc:
-                raise farm.FarmError(str(exc)) from None
-        return run_sweep(
-            spec,
-            store,
-            address,
-            cache,
-            progress=progress,
-            farm_resource=farm_resource,
-            reopen_cancelled=reopen_cancelled,
-            toolchains=found,
-        )
+    with toolchain_axis.ensure(spec.toolchains, provision_missing=provision, progress=note) as found:
+        board_keys = {t.board_key for t in spec.targets}
+        # An ephemeral farm starts boards of each release, and of the installed one for a baseline (no release).
+        baseline = any(registry.get(e).baseline for e in spec.executors)
+        runtimes = toolchain_axis.board_runtimes(found, installed_too=baseline)
+        with farm.farm_for_run(home, tracker, boards, board_keys, note, toolchains=runtimes) as address:
+            ensure_ray(ray_address)
+            if farm_resource:
+                try:
+                    check_farm_resource(farm_resource)
+                except ValueError as exc:
+                    raise farm.FarmError(str(exc)) from None
+            return run_sweep(
+                spec,
+                store,
+                address,
+                cache,
+                progress=progress,
+                farm_resource=farm_resource,
+                reopen_cancelled=reopen_cancelled,
+                toolchains=found,
+            )

@@ -50,7 +50,7 @@ TvmOpt = Annotated[
 def _toolchains(releases: list[str]) -> list[Toolchain]:
     """The toolchain of each --tvm (the installed one by its version or as "installed"); one line, exit 2, for
     a release that has none here."""
-    from workers.toolchains import registry
+    from workers.toolchains import pins, registry
     from workers.toolchains.boards import installed_version
     from workers.toolchains.toolchain import INSTALLED, ToolchainError, installed
 
@@ -63,6 +63,14 @@ def _toolchains(releases: list[str]) -> list[Toolchain]:
         except ToolchainError as exc:
             fail(f"--tvm {release}: {exc}", code=INVALID)
             raise AssertionError("unreachable") from None
+        meant = [name for name in pins.PINS if name.startswith(release + ".")]
+        if toolchain is None and meant:  # "0.26": the pinned release it shortens is what `add` takes
+            added = meant[-1] == installed_version() or registry.find(meant[-1]) is not None
+            fail(
+                f"--tvm {release}: write {meant[-1]}, the pinned release it matches"
+                + ("" if added else f" (not added here: `tvmbench toolchains add {meant[-1]}` provisions it)"),
+                code=INVALID,
+            )
         if toolchain is None:
             fail(
                 f"--tvm {release}: no toolchain of TVM {release} here: `tvmbench toolchains add {release}` "

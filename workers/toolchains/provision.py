@@ -182,7 +182,13 @@ def _locked(name: str, progress: Progress = _quiet) -> Iterator[None]:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holders = ", ".join(map(str, registry.lock_holders(registry.lock_file(name)))) or "another"
+            everyone = registry.lock_holders(registry.lock_file(name), include_self=True)
+            if everyone == [os.getpid()]:  # waiting would be waiting for ourselves, for ever
+                raise ToolchainError(
+                    f"toolchain {name} is held by this process (a sweep it runs builds with it): "
+                    "end that sweep first, then add or remove it"
+                ) from None
+            holders = ", ".join(str(pid) for pid in everyone if pid != os.getpid()) or "another"
             progress(f"toolchain {name}: waiting for process {holders} (an add of it, or a sweep using it) to finish")
             fcntl.flock(lock, fcntl.LOCK_EX)
         yield
@@ -202,16 +208,26 @@ def add(spec: Any, progress: Progress = _quiet) -> Toolchain:
         check_wheel(Path(parsed.value))
     else:
         check_release(parsed.value)
+    # Added already: no lock to take, so a sweep holding it (a shared hold) is no reason to wait.
+    if (existing := _added(spec, progress)) is not None:
+        return existing
     with _locked(parsed.name(), progress):
         return _add(parsed, spec, progress)
 
 
-def _add(parsed: ToolchainSpec, spec: Any, progress: Progress) -> Toolchain:
+def _added(spec: Any, progress: Progress) -> Toolchain | None:
+    """The toolchain ``spec`` names when it is added and its pins are current (said), else None."""
     existing = registry.find(spec)
-    stale = stale_pin(existing) if existing is not None else None
-    if existing is not None and stale is None:
-        progress(f"toolchain {existing.name} is added already (TVM {existing.tvm_version})")
+    if existing is None or stale_pin(existing) is not None:
+        return None
+    progress(f"toolchain {existing.name} is added already (TVM {existing.tvm_version})")
+    return existing
+
+
+def _add(parsed: ToolchainSpec, spec: Any, progress: Progress) -> Toolchain:
+    if (existing := _added(spec, progress)) is not None:  # again under the lock: another add may have finished
         return existing
+    stale = stale_pin(existing) if (existing := registry.find(spec)) is not None else None
     if stale is not None:
         progress(f"{stale}: provisioning it again")
     started = time.monotonic()

@@ -38,8 +38,9 @@ def hold(name: str) -> IO[str]:
     return lock
 
 
-def lock_holders(path: Path) -> list[int]:
-    """The pids holding a lock on ``path`` (Linux /proc/locks; [] where it cannot be read)."""
+def lock_holders(path: Path, *, include_self: bool = False) -> list[int]:
+    """The pids holding a lock on ``path``, this process left out unless ``include_self`` (Linux /proc/locks;
+    [] where it cannot be read)."""
     try:
         st = os.stat(path)
         wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
@@ -52,7 +53,7 @@ def lock_holders(path: Path) -> list[int]:
         # "1: FLOCK  ADVISORY  READ  1234 08:01:5678 0 EOF" (a blocked waiter's line has "->" after the number)
         if wanted in fields:
             pid = fields[fields.index(wanted) - 1]
-            if pid.isdigit() and int(pid) != os.getpid():
+            if pid.isdigit() and (include_self or int(pid) != os.getpid()):
                 pids.append(int(pid))
     return sorted(set(pids))
 
