@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from workers.toolchains import pins, probe, registry
 from workers.toolchains.spec import ToolchainSpec, check_wheel, parse
@@ -209,25 +209,25 @@ def add(spec: Any, progress: Progress = _quiet) -> Toolchain:
     else:
         check_release(parsed.value)
     # Added already: no lock to take, so a sweep holding it (a shared hold) is no reason to wait.
-    if (existing := _added(spec, progress)) is not None:
+    if _current(existing := registry.find(spec), progress):
         return existing
     with _locked(parsed.name(), progress):
         return _add(parsed, spec, progress)
 
 
-def _added(spec: Any, progress: Progress) -> Toolchain | None:
-    """The toolchain ``spec`` names when it is added and its pins are current (said), else None."""
-    existing = registry.find(spec)
+def _current(existing: Toolchain | None, progress: Progress) -> TypeGuard[Toolchain]:
+    """Whether ``existing`` (the toolchain a spec names, None when not added) is added with current pins (said)."""
     if existing is None or stale_pin(existing) is not None:
-        return None
+        return False
     progress(f"toolchain {existing.name} is added already (TVM {existing.tvm_version})")
-    return existing
+    return True
 
 
 def _add(parsed: ToolchainSpec, spec: Any, progress: Progress) -> Toolchain:
-    if (existing := _added(spec, progress)) is not None:  # again under the lock: another add may have finished
+    # Looked up again under the lock: another add may have finished meanwhile.
+    if _current(existing := registry.find(spec), progress):
         return existing
-    stale = stale_pin(existing) if (existing := registry.find(spec)) is not None else None
+    stale = stale_pin(existing) if existing is not None else None
     if stale is not None:
         progress(f"{stale}: provisioning it again")
     started = time.monotonic()
