@@ -312,7 +312,7 @@ class ResultStore:
     # --- outcomes -------------------------------------------------------------------------------
 
     def finish_job(self, sweep_id: str, job_key: str, status: str, error: str | None = None) -> None:
-        """Final state of a job that never reached a board (model or build error, cancelled)."""
+        """Final state of a job that never reached a board (build error, cancelled), or a pending one's reason."""
         self._write(lambda s: writes.finish_job(s, sweep_id, job_key, status, error))
 
     def record_run(self, sweep_id: str, run: records.Run, *, final: bool) -> int:

@@ -126,11 +126,12 @@ def job_id(s: Session, sweep_id: str, job_key: str, known: dict[tuple[str, str],
 
 
 def finish_job(s: Session, sweep_id: str, job_key: str, status: str, error: str | None = None) -> None:
-    """Final state of a job that never reached a board (model or build error, cancelled)."""
+    """Final state of a job that never reached a board (model or build error, cancelled), or a pending one's reason."""
     row = job_row(s, sweep_id, job_key)
     if row.status not in records.PENDING_STATUSES:
         return  # already final: a job never gets a second outcome
-    row.status, row.error, row.finished_at = status, error, now()
+    row.status, row.error = status, error
+    row.finished_at = None if status in records.PENDING_STATUSES else now()
 
 
 # --- builds and runs -----------------------------------------------------------------------------

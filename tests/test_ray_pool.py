@@ -5,10 +5,17 @@ Placement over several nodes (SPREAD) is checked on a real two-node cluster in t
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
+import pytest
 import ray
 
 from orchestrator.farm import wait_until
+from orchestrator.scheduling.pool import TaskLost
 from orchestrator.scheduling.ray_pool import RayPool
+from orchestrator.scheduling.tasks import BuildItem
+from tvmbench.core.records import Job, ModelRef, TargetSpec
 
 
 @ray.remote(num_cpus=1)
@@ -33,3 +40,29 @@ def test_builds_at_once_are_the_clusters_cpus_not_those_free_at_start(ray_local:
     finally:
         ray.kill(holder)
     assert RayPool("ray-pool-test", max_builds=1).cpus() == 1
+
+
+class _DyingBuilder:
+    """Kills the Ray worker that runs its build, as the OOM killer or a segfault in LLVM would."""
+
+    def build(self, request: Any) -> Any:
+        os._exit(1)
+
+
+def test_a_build_whose_worker_keeps_dying_is_lost_not_failed(ray_local: None) -> None:
+    job = Job(
+        model=ModelRef("tiny_mlp", "0" * 64, "tiny_mlp.onnx", (("x", (1, 16), "float32"),)),
+        target=TargetSpec("host", tvm_target={"kind": "llvm"}, board_key="k", arch="x86_64"),
+        executor="vm-bytecode",
+        opt_level=2,
+        pipeline="per-target",
+    )
+    pool = RayPool("ray-pool-lost-test")
+    try:
+        handle = pool.submit_builds([BuildItem(_DyingBuilder(), job, b"model", reuse=False)])  # type: ignore[arg-type]
+        wait_until(lambda: pool.wait([handle], 1.0) == [handle], 300, "Ray to give up on the dying build")
+        # After Ray's own retries: TaskLost (the sweep leaves the jobs pending), not the build's own failure.
+        with pytest.raises(TaskLost, match=r"^WorkerCrashedError: .*worker died"):
+            pool.result(handle)
+    finally:
+        pool.close()

@@ -29,7 +29,7 @@ from orchestrator.scheduling.baselines import BaselineWait
 from orchestrator.scheduling.events import Listener
 from orchestrator.scheduling.jobs import JobState
 from orchestrator.scheduling.measurements import FixedBoards
-from orchestrator.scheduling.pool import InlinePool
+from orchestrator.scheduling.pool import InlinePool, TaskLost
 from orchestrator.scheduling.run import execute_sweep, run_sweep
 from orchestrator.scheduling.tuning_turns import TuningTurns
 from orchestrator.spec import SpecError, SweepSpec, load_spec
@@ -324,6 +324,62 @@ def test_a_second_run_skips_final_jobs(tmp_path: Path, store: ResultStore) -> No
     assert [(c["job"], c["attempt"]) for c in second.calls] == [(waiting, 2)]  # attempts go on counting
     assert builder.compiled == [] and outcome.cached == 1 and outcome.already_final == 1, outcome
     assert outcome.complete and store.get_sweep(spec.sweep_id).status == "complete"
+
+
+class LosingBuilder(FakeBuilder):
+    """Its worker dies building the jobs in ``lose`` (TaskLost out of the pool, as after Ray's last retry),
+    after claiming their program in the index as a real build does first."""
+
+    def __init__(self, lose: set[str], program: Callable[[Job], str] = lambda job: job.key) -> None:
+        super().__init__(program)
+        self.lose = lose
+
+    def build(self, request: BuildRequest) -> tuple[Build, bytes | None]:
+        job = request.job
+        if job.key not in self.lose:
+            return super().build(request)
+        if request.claim is not None:
+            request.claim(reuse_key(self.program(job), job), job.build_key(TVM))
+        raise TaskLost("WorkerCrashedError: the worker died (killed by the OOM killer)")
+
+
+def job_rows(store: ResultStore, sweep_id: str) -> dict[str, tuple[str, str | None, object]]:
+    """job key -> (status, error, finished_at) of the sweep's jobs."""
+    from sqlalchemy import select
+
+    with store.read() as s:
+        rows = s.execute(
+            select(m.Job.job_key, m.Job.status, m.Job.error, m.Job.finished_at).where(m.Job.sweep_id == sweep_id)
+        )
+        return {key: (status, error, finished) for key, status, error, finished in rows}
+
+
+def test_a_build_that_lost_its_worker_stays_pending_and_a_resume_builds_it(tmp_path: Path, store: ResultStore) -> None:
+    spec = make_spec(tmp_path, ("k", "k2"))
+    kept, lost = plan_jobs(spec)
+    outcome = sweep(spec, store, tmp_path, LosingBuilder({lost.key}), FakeRunner())
+    assert not outcome.complete and dict(outcome.statuses) == {"ok": 1, "pending": 1}, outcome
+    rows = job_rows(store, spec.sweep_id)
+    assert rows[kept.key][0] == "ok"
+    status, error, finished_at = rows[lost.key]
+    assert status == "pending" and finished_at is None
+    assert "lost its Ray worker (WorkerCrashedError" in error and f"sweep resume {spec.sweep_id}" in error, error
+    assert store.get_build(lost.build_key(TVM)) is None  # not a compiler failure: no build row says so
+    builder = FakeBuilder()
+    outcome = sweep(spec, store, tmp_path, builder, FakeRunner())
+    assert builder.compiled == [lost.build_key(TVM)] and outcome.complete and outcome.already_final == 1, outcome
+    assert store.job_statuses(spec.sweep_id) == {kept.key: "ok", lost.key: "ok"}
+
+
+def test_a_build_reusing_the_program_of_a_lost_build_compiles_it_itself(tmp_path: Path, store: ResultStore) -> None:
+    spec = make_spec(tmp_path, ("k",), opt_levels=(2, 3))
+    first, second = plan_jobs(spec)
+    builder = LosingBuilder({first.key}, program=lambda job: "one program")  # O2 and O3 lower alike
+    outcome = sweep(spec, store, tmp_path, builder, FakeRunner(), pool=InlinePool(builds_at_once=2))
+    # The second claimed the program after the first (its claim still in the index) died: not parked for ever.
+    assert builder.compiled == [second.build_key(TVM)], builder.compiled
+    assert store.job_statuses(spec.sweep_id) == {first.key: "pending", second.key: "ok"}
+    assert dict(outcome.statuses) == {"ok": 1, "pending": 1}
 
 
 def test_a_sweep_with_nothing_left_starts_no_farm_and_no_pool(tmp_path: Path, store: ResultStore) -> None:

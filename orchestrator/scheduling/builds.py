@@ -3,7 +3,8 @@
 A build key whose ok Build is stored and whose artifact is in the cache is ready at once. Identical
 programs skip codegen (workers/program_index.py): the first build to claim a program compiles it, a
 later one returns with ``reused_from`` and takes that build's artifact, now if it is done, when it
-finishes otherwise (it is parked on it). If the build it reused failed, it is compiled again by itself.
+finishes otherwise (it is parked on it). If the build it reused failed, or its task died, it is compiled
+again by itself.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class BuildQueue:
         self.to_build: deque[str] = deque()
         self.parked: dict[str, list[tuple[str, Build]]] = defaultdict(list)  # compiling build -> reusing builds
         self.no_reuse: set[str] = set()  # builds to compile themselves (the build they reused failed)
+        self.lost: set[str] = set()  # builds whose task died: whoever claimed their program compiles it itself
         self.cached: list[str] = []
         self.known: dict[str, str] = {}  # reuse key -> build key with the artifact, for the program index
         stored_builds = store.get_builds(list(states))
@@ -67,6 +69,9 @@ class BuildQueue:
         """
         if build.ok and build.reused_from:
             leader = self.builds.get(build.reused_from)
+            if build.reused_from in self.lost:  # its claim outlived it in the program index
+                self._rebuild(build_key)
+                return []
             if leader is None:  # still compiling: wait for it
                 self.parked[build.reused_from].append((build_key, build))
                 return []
@@ -87,6 +92,12 @@ class BuildQueue:
             else:
                 self._rebuild(parked_key)
         return done
+
+    def lose(self, build_key: str) -> None:
+        """A build whose task died: the builds parked on its program, now or later, compile by themselves."""
+        self.lost.add(build_key)
+        for parked_key, _ in self.parked.pop(build_key, []):
+            self._rebuild(parked_key)
 
     def _adopt(self, build: Build, leader: Build) -> Build:
         """``build`` with the artifact of ``leader`` (the identical program), and the codegen passes that made it."""

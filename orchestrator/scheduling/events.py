@@ -59,7 +59,8 @@ class Listener:
         """A build is done (compiled, or reused another build's program); ``job`` is its first job."""
 
     def on_job_ended(self, job_key: str, status: str, error: str | None) -> None:
-        """A job ended without a run (its build failed, or its model cannot be referenced)."""
+        """A job ended without a run (its build failed, or its model cannot be referenced), or its build was
+        lost with its worker (status pending: a resume builds it again)."""
 
     def on_run_done(self, run: Run, *, final: bool, equivalent: bool) -> None:
         """A job's outcome: its own measurement, or (``equivalent``) a copy of its leader's."""

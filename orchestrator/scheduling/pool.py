@@ -18,6 +18,13 @@ from orchestrator.scheduling.tasks import BuildItem, BuildResult, MeasureItem, M
 from workers.program_index import Claims
 
 
+class TaskLost(Exception):
+    """A task that did not fail by itself: its worker or node died (killed, out of memory) and no retry was left.
+
+    Its builds are not failures of the compiler: their jobs stay pending, and a resume builds them again.
+    """
+
+
 class TaskPool(Protocol):
     """Runs the sweep's tasks. ``fence_host``: the host whose fence builds hold (None: no fence)."""
 
@@ -49,7 +56,7 @@ class TaskPool(Protocol):
         ...
 
     def result(self, handle: Any) -> list[Any]:
-        """The task's results (one per item); raises what killed the task."""
+        """The task's results (one per item); raises what killed the task, ``TaskLost`` when its worker did."""
         ...
 
     def tuning_progress(self) -> dict[str, tuple[int, int]] | None:
@@ -146,4 +153,4 @@ class InlinePool:
         self.claims = None
 
 
-__all__ = ["BuildResult", "InlinePool", "MeasureResult", "TaskPool"]
+__all__ = ["BuildResult", "InlinePool", "MeasureResult", "TaskLost", "TaskPool"]

@@ -4,11 +4,11 @@ Builds take one CPU each and go to the node with the most CPUs free of this swee
 (workers/placement.py), so a cluster's nodes take turns whatever the moment: Ray's default packs tasks
 onto the driver's node, and even SPREAD let one node's worker take every build of a short sweep while
 the other node's worker started. A worker that dies mid-build is re-run by Ray (a build is a pure
-function of its inputs). Measurements take no CPU (the
-board does the work) and are not retried by Ray: the scheduler decides (MAX_ATTEMPTS). A sliver of a
-custom resource (``farm_resource``) pins measurements to the node(s) that reach the farm. The actors:
-the host fence (workers/fence.py), the tuning progress table (workers/tuning/progress.py) and the
-program index of a run (workers/program_index.py).
+function of its inputs); after the last retry the task is ``TaskLost``, which leaves its jobs pending.
+Measurements take no CPU (the board does the work) and are not retried by Ray: the scheduler decides
+(MAX_ATTEMPTS). A sliver of a custom resource (``farm_resource``) pins measurements to the node(s) that
+reach the farm. The actors: the host fence (workers/fence.py), the tuning progress table
+(workers/tuning/progress.py) and the program index of a run (workers/program_index.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from orchestrator.scheduling.pool import TaskLost
 from orchestrator.scheduling.tasks import BuildItem, MeasureItem, build_on_node, measure_on_node
+from tvmbench.core.errors import one_line
 from workers.placement import NodeSlots, cpu_nodes, on_node
 
 SMALL_BYTES = 64 * 1024  # values smaller than this travel inline with the task (no object store round trip)
@@ -80,7 +82,25 @@ class RayPool:
 
     def result(self, handle: Any) -> list[Any]:
         self._nodes.finished(self._build_node.pop(handle, None))
-        return self.ray.get(handle)
+        try:
+            return self.ray.get(handle)
+        except self._lost_errors() as exc:
+            raise TaskLost(one_line(exc)) from exc
+
+    def _lost_errors(self) -> tuple[type[BaseException], ...]:
+        """Ray's errors for a task whose worker, node or objects were lost (not an exception the task raised)."""
+        e = self.ray.exceptions
+        return (
+            e.WorkerCrashedError,
+            e.LocalRayletDiedError,
+            e.NodeDiedError,
+            e.OutOfMemoryError,
+            e.ObjectLostError,
+            e.ObjectStoreFullError,
+            e.OutOfDiskError,
+            e.TaskUnschedulableError,
+            e.RaySystemError,
+        )
 
     def tuning_progress(self) -> dict[str, tuple[int, int]] | None:
         try:

@@ -26,7 +26,7 @@ from orchestrator.scheduling.events import Listener
 from orchestrator.scheduling.goldens import GoldenKey, Goldens
 from orchestrator.scheduling.jobs import Equivalence, JobState
 from orchestrator.scheduling.measurements import Boards, MeasureQueue, Quarantine
-from orchestrator.scheduling.pool import TaskPool
+from orchestrator.scheduling.pool import TaskLost, TaskPool
 from orchestrator.scheduling.references import References
 from orchestrator.scheduling.tasks import BuildItem, BuildResult, MeasureItem, MeasureResult
 from orchestrator.scheduling.tuning_turns import TuningTurns
@@ -298,6 +298,9 @@ class SweepRun:
             self._runs_done(task, results)
 
     def _builds_done(self, task: BuildTask, results: list[BuildResult] | BaseException) -> None:
+        if isinstance(results, TaskLost):
+            self._builds_lost(task, results)
+            return
         done: list[tuple[str, Build]] = []
         for i, build_key in enumerate(task.build_keys):
             self.turns.finished(build_key)
@@ -313,6 +316,20 @@ class SweepRun:
             self.turns.tuned(build_key, build)
         for build_key, _ in done:
             self._enqueue(build_key)
+
+    def _builds_lost(self, task: BuildTask, lost: TaskLost) -> None:
+        """A build task whose worker died: no Build is stored and its jobs stay pending with the reason, so
+        that this run finishes the rest and a resume builds them again (the compiler did not fail them)."""
+        error = (
+            f"its build lost its Ray worker ({lost}): nothing of it was stored; "
+            f"`tvmbench sweep resume {self.sweep_id}` builds it again"
+        )
+        for build_key in task.build_keys:
+            self.turns.finished(build_key)
+            self.queue.lose(build_key)
+            for state in self.by_build[build_key]:
+                state.status = "lost"  # has an outcome for this run (a baseline wait goes on), stored as pending
+                self.listener.on_job_ended(state.key, "pending", error)
 
     def _enqueue(self, build_key: str) -> None:
         """The jobs of a done build: ended (the build failed), queued to measure, or their leader's copy."""
