@@ -186,7 +186,9 @@ def _gone(pid: int) -> bool:
     return False
 
 
-def test_farm_up_tvm_starts_a_board_of_that_release_status_shows_it_down_stops_it(release_home: Path) -> None:
+def test_farm_up_tvm_starts_a_board_of_that_release_status_shows_it_down_stops_it(
+    release_home: Path, tvm026: Toolchain
+) -> None:
     boards: list[dict] = []  # what farm status showed: the processes farm down must stop
     up = farm("up", "--board", "host", "--tvm", RELEASE)
     try:
@@ -195,6 +197,13 @@ def test_farm_up_tvm_starts_a_board_of_that_release_status_shows_it_down_stops_i
         boards = json.loads(farm("status", "--json").stdout)["boards"]
         (board,) = boards
         assert (board["key"], board["tvm"], board["toolchain"], board["running"]) == (KEY026, RELEASE, RELEASE, True)
+        # The agent runs the toolchain's runtime and holds it: a remove is refused (checked first by the
+        # lock's holders, so that a failure here never deletes the cached toolchain).
+        assert board["pid"] in registry.lock_holders(registry.lock_file(tvm026.name))
+        refused = runner.invoke(app, ["toolchains", "remove", RELEASE])
+        assert refused.exit_code == 2 and "in use by process" in refused.output, refused.output
+        assert str(board["pid"]) in refused.output.split("(")[0]  # among the holders (other tests' boards too)
+        assert "`tvmbench farm down`" in refused.output and registry.find(RELEASE) is not None
         text = farm("status")
         assert text.exit_code == 0 and f"TVM {RELEASE}" in text.output and KEY026 in text.output
         listed = json.loads(farm("list", "--json").stdout)

@@ -352,6 +352,19 @@ def serve(tracker: str | None, key: str, host: str, port: int, port_end: int, em
     state.thread.join()
 
 
+_HELD: list[Any] = []  # the open lock files this agent holds until it exits
+
+
+def hold_shared(path: str) -> None:
+    """Hold ``path`` shared for the life of this process: an agent of a toolchain's runtime holds that toolchain,
+    so that `tvmbench toolchains remove` refuses while it serves (it waits for an add of it to finish)."""
+    import fcntl
+
+    lock = open(path, "a")  # noqa: SIM115 - kept open until the process ends
+    fcntl.flock(lock, fcntl.LOCK_SH)
+    _HELD.append(lock)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="tvmbench board agent: a TVM RPC server for one board")
     parser.add_argument("--tracker", help="HOST:PORT of the TVM RPC tracker to register with")
@@ -362,7 +375,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=9090)
     parser.add_argument("--port-end", type=int, default=None, help="last port to try (default: --port only)")
     parser.add_argument("--emulated", action="store_true", help="this board runs under an emulator")
+    parser.add_argument(
+        "--hold", default=None, help="lock file to hold shared while this agent runs (its toolchain's, if any)"
+    )
     args = parser.parse_args(argv)
+    if args.hold:
+        hold_shared(args.hold)
     serve(args.tracker, args.key, args.host, args.port, args.port_end or args.port + 1, args.emulated)
 
 

@@ -14,6 +14,7 @@ from orchestrator.farm.network import LOOPBACK, free_port, warn_exposed
 from orchestrator.farm.processes import _spawn, _tracker_cmd, stop_pid
 from orchestrator.farm.provisioning import EMULATED_BOARD_START_S, EMULATED_BOARDS, board_command, board_root
 from workers.board_kinds import kind_for_key
+from workers.toolchains import registry
 from workers.toolchains.boards import release_key
 from workers.toolchains.probe import PROJECT_ROOT, child_env
 from workers.toolchains.toolchain import Toolchain
@@ -169,8 +170,9 @@ class LocalFarm:
             cmd = board_command(key, self.tracker, self.host, port, release_root, tracker_key=tracker_key)
         else:
             assert toolchain is not None
+            hold = registry.lock_file(toolchain.name)  # `toolchains remove` refuses while the agent runs
             cmd = board_command(
-                key, self.tracker, self.host, port, None, python=toolchain.python, tracker_key=tracker_key
+                key, self.tracker, self.host, port, None, python=toolchain.python, tracker_key=tracker_key, hold=hold
             )
             env, cwd = child_env(toolchain.pythonpath), PROJECT_ROOT
         log = Path(self.log_dir) / _board_log_name(tracker_key, port)

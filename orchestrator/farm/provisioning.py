@@ -142,13 +142,17 @@ def board_command(
     *,
     python: str = sys.executable,
     tracker_key: str | None = None,
+    hold: Path | None = None,
 ) -> list[str]:
     """The command that runs one board agent for ``key``: natively, or under its emulator.
 
     ``python`` runs a native agent (a toolchain's interpreter: that release's runtime), which registers
-    under ``tracker_key`` (default ``key``; a release's boards register under ``release_key``).
+    under ``tracker_key`` (default ``key``; a release's boards register under ``release_key``) and holds
+    the lock file ``hold`` shared while it runs (its toolchain's, so that it is not removed under it).
     """
     agent_args = ["--tracker", tracker, "--key", tracker_key or key, "--host", host, "--port", str(port)]
+    if hold is not None:
+        agent_args += ["--hold", str(hold)]
     kind = kind_for_key(key)
     if kind is None:  # a key of no known kind (a second host, a lab's own board): a native agent under it
         return [python, str(BOARD_AGENT), *agent_args]

@@ -25,7 +25,7 @@ def directory(name: str) -> Path:
 
 def lock_file(name: str) -> Path:
     """The lock of toolchain ``name``: exclusive while ``add`` provisions it or ``remove`` deletes it, shared
-    while a sweep builds or measures with it (``hold``)."""
+    while a sweep builds or measures with it (``hold``) and while a farm's board agent runs its runtime."""
     return root() / f".{name}.lock"
 
 
@@ -69,9 +69,9 @@ def _exclusive(name: str) -> IO[str]:
         holders = lock_holders(lock_file(name))
         by = f" by process {', '.join(map(str, holders))}" if holders else ""
         raise ToolchainError(
-            f"toolchain {name} is in use{by} (a sweep that builds or measures with it, or an add of it): its "
-            "builds would fail as the release's own; wait for it to end (`tvmbench sweep cancel ID` stops a "
-            "sweep), then remove it"
+            f"toolchain {name} is in use{by} (a sweep that builds or measures with it, a farm board that runs "
+            "its runtime, or an add of it): its builds would fail as the release's own; wait for it to end "
+            "(`tvmbench sweep cancel ID` stops a sweep, `tvmbench farm down` a farm's boards), then remove it"
         ) from None
     return lock
 
