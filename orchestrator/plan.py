@@ -6,7 +6,7 @@ from typing import Any
 
 from db.store import ResultStore
 from orchestrator import toolchains
-from orchestrator.spec import SweepSpec
+from orchestrator.spec import SpecError, SweepSpec
 from orchestrator.spec.matrix import configurations
 from orchestrator.toolchains import Need
 from tvmbench.core.records import Job
@@ -22,7 +22,7 @@ def plan_jobs(spec: SweepSpec) -> list[Job]:
     whose ``tuning`` is its trial cap, with its stop rules.
     """
     auto = spec.tuning_auto
-    return [
+    jobs = [
         Job(
             model=m,
             target=t,
@@ -39,6 +39,29 @@ def plan_jobs(spec: SweepSpec) -> list[Job]:
         )
         for m, t, e, o, p, k, layout, budget, toolchain in configurations(spec)
     ]
+    check_distinct_keys(jobs)
+    return jobs
+
+
+def check_distinct_keys(jobs: list[Job]) -> None:
+    """SpecError when two jobs share a job key: they would build once and store one row for two.
+
+    The loader refuses the entries that do this (the same model or target twice); this catches any other
+    pair before anything is recorded. The keys are cached on the jobs, which every caller asks for anyway.
+    """
+    seen: dict[str, Job] = {}
+    for job in jobs:
+        other = seen.setdefault(job.key, job)
+        if other is not job:
+            raise SpecError(
+                f"two jobs of the sweep have one job key {job.key[:12]} ({_shown(other)}; {_shown(job)}): "
+                "remove the entry of the sweep file that repeats the other"
+            )
+
+
+def _shown(job: Job) -> str:
+    """A job's axis values, for the line naming two jobs of one key."""
+    return " ".join(str(v) for v in (job.model.name, job.target.name, job.executor, job.opt_level, job.pipeline))
 
 
 def plan_rows(spec: SweepSpec, store: ResultStore, needs: list[Need] | None = None) -> list[dict[str, Any]]:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import unicodedata
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -57,8 +59,8 @@ class LoadedModel:
     proto: onnx.ModelProto
     data: bytes
     sha256: str
-    # (name, dims, dtype): dims hold ints, or strings for symbolic dimensions
-    inputs: tuple[tuple[str, tuple[int | str, ...], str], ...]
+    # (name, dims, dtype): dims hold ints, or strings for symbolic dimensions; None when the rank is unknown
+    inputs: tuple[tuple[str, tuple[int | str, ...] | None, str], ...]
 
 
 def load_model(path: Path) -> LoadedModel:
@@ -85,6 +87,11 @@ def load_model(path: Path) -> LoadedModel:
         raise ModelError(f"{path} is not an ONNX model ({type(exc).__name__}): give a .onnx file") from exc
     if not proto.graph.node:
         raise ModelError(f"{path} is not an ONNX model (no graph nodes): give a .onnx file")
+    if not proto.graph.output:  # nothing to return: each build and reference would fail, as a `model` row
+        raise ModelError(
+            f"{path}: the graph declares no outputs; nothing to time or check: re-export it with its outputs "
+            "(graph.output)"
+        )
     check_intake(proto, path)
     initializers = {init.name for init in proto.graph.initializer}
     inputs = []
@@ -92,7 +99,12 @@ def load_model(path: Path) -> LoadedModel:
         if value.name in initializers:
             continue  # an input that is also an initializer is a weight (old opsets list them)
         ttype = value.type.tensor_type
-        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in ttype.shape.dim)
+        # No shape field at all: the rank is unknown too (an empty one is a scalar's), so the sweep file gives it.
+        dims = (
+            tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in ttype.shape.dim)
+            if ttype.HasField("shape")
+            else None
+        )
         dtype = onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type).name if ttype.elem_type else "float32"
         inputs.append((value.name, dims, dtype))
     return LoadedModel(proto=proto, data=data, sha256=hashlib.sha256(data).hexdigest(), inputs=tuple(inputs))
@@ -369,15 +381,50 @@ def seeded_inputs(
     return arrays
 
 
+_NPY_MAGIC = b"\x93NUMPY"  # the first bytes of a .npy file (numpy.lib.format)
+_ZIP_MAGIC = b"PK"  # of a zip archive, which an .npz is (an empty archive starts PK too)
+
+
+def _npz_array(path: Path, npz: Any, key: str) -> np.ndarray:
+    """One member of an open .npz as an array; ModelError for a pickled object array or a non-array member."""
+    try:
+        value = npz[key]
+    except ValueError as exc:
+        if "allow_pickle" not in str(exc):
+            raise
+        raise ModelError(
+            f"{path}: key {key!r} is an array of Python objects, which tvmbench never unpickles; save it as a "
+            "numeric array"
+        ) from None
+    if not isinstance(value, np.ndarray):  # a zip member that is not a .npy comes back as its bytes
+        raise ModelError(f"{path}: member {key!r} is not a numpy array; write the file with numpy.savez")
+    return value
+
+
 def load_inputs_file(path: Path, inputs: tuple[tuple[str, tuple[int, ...], str], ...]) -> dict[str, np.ndarray]:
     """The arrays of an .npz inputs file, checked against the signature; ModelError names the key at fault."""
-    import zipfile
-
     if not path.is_file():
         raise ModelError(f"inputs file {path} {describe_missing(path)}: give an .npz written by numpy.savez")
+    # np.load takes any numpy file: a .npy gives one bare array (no names), anything else a ValueError
+    # that advises allow_pickle=, which would run the file's code. Only a zip archive is opened.
+    try:
+        with path.open("rb") as file:
+            head = file.read(len(_NPY_MAGIC))
+    except OSError as exc:
+        raise ModelError(f"inputs file {path} cannot be read ({exc.strerror or exc}); give a readable .npz") from None
+    if head.startswith(_NPY_MAGIC):
+        raise ModelError(
+            f"{path} is a .npy file (one array without an input name); write an .npz with "
+            "numpy.savez(path, name=array, ...)"
+        )
+    if not head.startswith(_ZIP_MAGIC):
+        raise ModelError(
+            f"{path} is not an .npz of arrays (not even a zip archive, which an .npz is); write it with "
+            "numpy.savez(path, name=array, ...)"
+        )
     try:
         with np.load(path, allow_pickle=False) as npz:
-            arrays = {key: npz[key] for key in npz.files}
+            arrays = {key: _npz_array(path, npz, key) for key in npz.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise ModelError(
             f"{path} is not an .npz of arrays ({exc}); write it with numpy.savez(path, name=array)"

@@ -54,8 +54,15 @@ def parse_model(where: str, table: Any, base: Path) -> tuple[ModelRef, Path, Pat
                 isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)
             ):
                 raise SpecError(f"{where}.inputs.{name} = {shape!r}: expected a list of positive ints")
-            if len(shape) != len(dims) or any(isinstance(d, int) and d != s for d, s in zip(dims, shape, strict=False)):
+            if dims is not None and (
+                len(shape) != len(dims) or any(isinstance(d, int) and d != s for d, s in zip(dims, shape, strict=False))
+            ):
                 raise SpecError(f"{where}.inputs.{name} = {shape}: the model declares {list(dims)}")
+        elif dims is None:  # no shape in the file: not even its rank is known (a scalar has an empty shape)
+            raise SpecError(
+                f"{where}: input {name!r} of {path.name} declares no shape (not even its rank); "
+                f"add inputs = {{ {name} = [...] }} with concrete sizes"
+            )
         elif all(isinstance(d, int) and d > 0 for d in dims):
             shape = list(dims)
         elif any(isinstance(d, int) and d == 0 for d in dims):

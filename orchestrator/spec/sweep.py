@@ -35,6 +35,7 @@ A sweep file looks like::
 from __future__ import annotations
 
 import hashlib
+import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -45,7 +46,7 @@ from orchestrator.spec.checks import SpecError, axis, checked_name, no_control_c
 from orchestrator.spec.matrix import check_size
 from orchestrator.spec.measure import parse_measure
 from orchestrator.spec.models import parse_model
-from orchestrator.spec.targets import check_mcu_pairing, check_tunable, parse_target
+from orchestrator.spec.targets import check_distinct, check_mcu_pairing, check_tunable, parse_target
 from orchestrator.spec.tuning import AUTO, MAX_TUNING_BUDGET, parse_auto, parse_tuning
 from orchestrator.toolchains import INTERPRETER, canonical, shown
 from tvmbench.core.errors import describe_missing
@@ -189,6 +190,7 @@ def parse_spec(text: str, *, base: Path, source_path: str = "<string>") -> Sweep
     if not isinstance(raw_targets, list) or not raw_targets:
         raise SpecError('targets: add at least one [[targets]] table, e.g. preset = "host"')
     targets = tuple(parse_target(f"targets[{i}]", t) for i, t in enumerate(raw_targets))
+    check_distinct(targets)
     if len({t.name for t in targets}) != len(targets):
         raise SpecError('targets: two targets share a name; give each a distinct name = "..."')
 
@@ -321,6 +323,22 @@ def sweep_text(path: Path) -> str:
     return path.read_text(encoding="utf-8-sig")
 
 
+def not_utf8(path: Path, exc: UnicodeDecodeError) -> str:
+    """The line for a sweep file that is not UTF-8: where its first bad byte is, so an editor can find it."""
+    data = exc.object if isinstance(exc.object, bytes) else b""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):  # the byte-order mark of UTF-16, as Windows tools write
+        return (
+            f"{path}: not UTF-8 but UTF-16 (it starts with a UTF-16 byte-order mark); TOML files are UTF-8: "
+            "save it as UTF-8"
+        )
+    line = data.count(b"\n", 0, exc.start) + 1
+    column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+    return (
+        f"{path}: not UTF-8 (byte 0x{data[exc.start]:02x} at line {line}, column {column}); TOML files are UTF-8: "
+        "save it as UTF-8 (from Latin-1: iconv -f latin1 -t utf-8)"
+    )
+
+
 def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:
     """Read and validate a sweep file; ``label`` (if given) overrides the file's, making a new sweep."""
     path = Path(path)
@@ -329,8 +347,8 @@ def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:
         raise SpecError(f"{path}: {what}; give the path to a .toml file")
     try:
         text = sweep_text(path)
-    except UnicodeDecodeError:
-        raise SpecError(f"{path}: not a text file; a sweep file is TOML") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(not_utf8(path, exc)) from None
     except OSError as exc:  # a regular file that refuses reads: never the CLI's "could not write the output"
         what = exc.strerror or exc
         raise SpecError(f"{path}: cannot be read ({what}); give the path to a readable .toml file") from None
@@ -340,4 +358,25 @@ def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:
         no_control_characters("--label", label)
         checked_name("--label", label, may_be_empty=True)
         spec = replace(spec, label=label)
+    # Here, not in parse_spec: `sweep resume` parses stored sweeps again, whose names were accepted before.
+    not_id_like("name", spec.name, f'write name = "run-{spec.name}" (any character but a hex digit will do)')
+    not_id_like(
+        "--label" if label is not None else "label",
+        spec.label,
+        f'give a label with another character, e.g. "run-{spec.label}"',
+    )
     return spec
+
+
+# Hex digits only, as many as the shortest id prefix people type: `results list --sweep`, `sweep status`
+# read such a reference as an id (prefix) first, so a sweep named so is answered for another one.
+_ID_LIKE = re.compile(r"[0-9a-fA-F]{4,}")  # SQLite's LIKE matches ids regardless of case: A-F too
+
+
+def not_id_like(where: str, value: str, fix: str) -> None:
+    """SpecError when a sweep's name or label reads as a sweep id."""
+    if _ID_LIKE.fullmatch(value):
+        raise SpecError(
+            f"{where} = {value!r} reads as a sweep id (hex digits only): `--sweep {value}` would name any sweep "
+            f"whose id starts so; {fix}"
+        )

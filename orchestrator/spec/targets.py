@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.spec.checks import SpecError, checked_board_key, checked_name, typed, unknown_keys
-from tvmbench.core.records import TargetSpec
+from tvmbench.core.records import TargetSpec, canonical_hash
 from workers.aot.boards import BOARDS, is_mcu_target
 from workers.executors import registry
 from workers.targets import PRESETS, resolve_target
@@ -59,6 +59,21 @@ def _target(where: str, table: Any) -> TargetSpec:
     if "arch" not in table and table["name"] not in PRESETS:  # a preset's name brings its arch along
         raise SpecError(f'{where}: add arch = "aarch64" (the board\'s `uname -m`) to target {table["name"]!r}')
     return resolve_target(table["name"], table)
+
+
+def check_distinct(targets: tuple[TargetSpec, ...]) -> None:
+    """Refuse two targets whose jobs would have one job key: a key holds of a target only its TVM target,
+    cross_compiler and board_key, so two such entries (a preset listed again under another name) would
+    plan two jobs that build and store as one (README, "A sweep file")."""
+    seen: dict[str, int] = {}
+    for i, t in enumerate(targets):
+        same = seen.setdefault(canonical_hash([t.tvm_target, t.cross_compiler, t.board_key]), i)
+        if same != i:
+            raise SpecError(
+                f"targets[{i}] ({t.name}) is the same target as targets[{same}] ({targets[same].name}): the same "
+                "TVM target, cross_compiler and board_key (what a job key holds of a target); remove one "
+                "(or give it another board_key)"
+            )
 
 
 def check_tunable(targets: tuple[TargetSpec, ...], executors: tuple[str, ...]) -> None:

@@ -86,8 +86,9 @@ def sweep_plan(
     tables(wide, only, tsv, as_json)
     spec = load(path, label)
     store = open_store(db, read_only=True)  # no database yet: nothing is cached, none is created
+    call(_stored_name, store, spec)
     needs = call(_toolchain_needs, spec)
-    rows = plan.plan_rows(spec, store, needs)
+    rows = call(plan.plan_rows, spec, store, needs)  # two jobs of one key: SpecError, one line
     default = _default_target_note(spec)
     jobs = {job.key: job for job in plan.plan_jobs(spec)}
     tasks_of: dict = {}  # one extraction per program, however many budgets and VM modes tune it
@@ -130,6 +131,23 @@ def _toolchain_lines(needs: list, rows: list[dict]) -> list[str]:
             where = "installed" if n.toolchain.kind == "installed" else n.toolchain.python
             lines.append(f"toolchain {shown(n.text)} (TVM {n.tvm_version}): {counts}; added ({where})")
     return lines
+
+
+def _stored_name(store: ResultStore, spec: SweepSpec) -> str:
+    """The name the sweep's results are stored under, with a note when it is not this file's.
+
+    A sweep's id is its content's hash, which leaves out the names (of the sweep, its models, its
+    targets): a file that differs from a stored sweep only there is that sweep, whose rows keep the names
+    of the text first stored. Said here, not found out from `results list --sweep NEW-NAME` answering none.
+    """
+    stored = store.get_sweep(spec.sweep_id)
+    if stored is None or (stored.name == spec.name and stored.source == spec.source):
+        return spec.name
+    note(
+        f"this file's content is that of sweep {spec.sweep_id} ({stored.name}), stored from {stored.source_path}: "
+        "its results stay under the names written there; `--label NAME` measures this file again as a new sweep"
+    )
+    return stored.name
 
 
 def _default_target_note(spec: SweepSpec) -> str | None:
@@ -219,6 +237,7 @@ def _execute(
     from tvmbench.cli.progress import progress_bar
 
     store = open_store(db)
+    name = call(_stored_name, store, spec)
     try:
         # The bar closes before a failure's line is printed, so the error is the last line on the screen.
         with failures_as_lines(), progress_bar(err) as bar:
@@ -260,7 +279,7 @@ def _execute(
     if as_json:
         print_json({"sweep_id": spec.sweep_id, "outcome": outcome.summary(), "results": rows})
     else:
-        report.results_table(console, rows, title=f"sweep {spec.sweep_id} ({spec.name})")
+        report.results_table(console, rows, title=f"sweep {spec.sweep_id} ({name})")
         # One line however long (several hundred characters with every part): a pipe or a file gets it whole,
         # not cut at the console's 200 columns; a terminal gets it wrapped at its width, between words.
         console.print(report.outcome_line(outcome), soft_wrap=not console.is_terminal)
