@@ -129,6 +129,25 @@ def test_two_farm_add_at_once_are_both_recorded_and_stopped_by_down(farm_home: P
     _nothing_left(farm_home)
 
 
+def test_farm_add_after_a_board_died_registers_the_new_board(farm_home: Path) -> None:
+    code, out = _run("farm", "up", "--boards", "1")
+    assert code == 0, out
+    code, out = _run("farm", "add", "--key", "k1")
+    assert code == 0, out
+    (k1,) = [b for b in json.loads((farm_home / "farm.json").read_text())["boards"] if b["key"] == "k1"]
+    os.kill(k1["pid"], signal.SIGKILL)  # the OOM killer, or a user's kill
+    wait_until(lambda: k1["pid"] not in _started_under(farm_home), WAIT_S, "the killed board to be gone")
+    # Before: it waited its 60 s for the dead k1 to register again, then failed blaming the new board.
+    code, out = _run("farm", "add", "--key", "k2")
+    assert code == 0 and "registered" in out, out
+    code, out = _run("farm", "status", "--json")  # exit 1 and a line after the JSON: a board is down
+    status, _ = json.JSONDecoder().raw_decode(out)
+    assert code == 1 and {b["key"]: b["running"] for b in status["boards"]} == {"host": True, "k1": False, "k2": True}
+    code, out = _run("farm", "down")
+    assert code == 0, out
+    _nothing_left(farm_home)
+
+
 # --- 1c. a full disk under `farm up` and `farm add` ---------------------------------------------------
 
 

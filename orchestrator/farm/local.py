@@ -13,6 +13,7 @@ from orchestrator.farm.errors import FarmError, wait_until
 from orchestrator.farm.network import LOOPBACK, free_port, warn_exposed
 from orchestrator.farm.processes import _spawn, _tracker_cmd, stop_pid
 from orchestrator.farm.provisioning import EMULATED_BOARD_START_S, EMULATED_BOARDS, board_command, board_root
+from tvmbench.core.liveness import pid_alive
 from workers.board_kinds import kind_for_key
 from workers.toolchains import registry
 from workers.toolchains.boards import release_key
@@ -190,9 +191,15 @@ class LocalFarm:
         return board
 
     def wait_for_boards(self, timeout_s: float = 60.0) -> None:
+        """Wait until every running board agent of this farm is registered with its tracker.
+
+        A board whose process is gone (killed, crashed since an earlier command) is not waited for: a dead
+        board made every later `farm add` wait out its timeout and then blame the new board.
+        """
         want: dict[str, int] = {}
         for b in self.boards:
-            want[b.key] = want.get(b.key, 0) + 1
+            if pid_alive(b.pid):
+                want[b.key] = want.get(b.key, 0) + 1
 
         def registered() -> bool:
             have = registered_keys(tracker_summary(self.tracker, timeout_s=2))

@@ -17,6 +17,7 @@ import os
 import socket
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 HEARTBEAT_S = 5.0  # how often a driver refreshes its heartbeat (at most)
@@ -26,7 +27,8 @@ INTERRUPTED = "interrupted"
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists on this machine (one owned by another user counts)."""
+    """Whether a process with this pid runs on this machine (one owned by another user counts; a zombie,
+    dead but not yet reaped by its parent, does not)."""
     if pid <= 0:
         return False
     try:
@@ -35,7 +37,16 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and waits for its parent to reap it (Linux /proc; False where unreadable)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]  # the name in (...) may hold spaces and parentheses
 
 
 def driver_gone(
