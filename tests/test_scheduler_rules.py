@@ -314,6 +314,30 @@ def test_cancel_ends_pending_jobs_and_keeps_finished_rows(
     assert outcome.statuses == Counter({"ok": 2, "cancelled": 4}) and events.seen[-1] == "cancel"
 
 
+def test_a_run_after_a_cancel_keeps_the_sweep_cancelled_and_a_resume_finishes_it(
+    tmp_path: Path, store: ResultStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loop, "CANCEL_POLL_S", 0.0)
+    spec = make_spec(tmp_path, ("k",) * 3)
+
+    def cancel_after_one(job: Job, attempt: int, board: str) -> str:
+        if len(first.calls) == 1:
+            store.request_cancel(spec.sweep_id)
+        return "ok"
+
+    first = FakeRunner(outcome=cancel_after_one)
+    sweep(spec, store, tmp_path, FakeBuilder(), first, boards=FixedBoards(per_key={"k": 1}))
+    assert store.get_sweep(spec.sweep_id).status == "cancelled"
+    # `sweep run` of the file again: the cancelled jobs are final to it, and it ran nothing. It stored the
+    # sweep as complete before, with two jobs that never ran.
+    again = FakeRunner()
+    outcome = sweep(spec, store, tmp_path, FakeBuilder(), again)
+    assert again.calls == [] and outcome.statuses == Counter({"ok": 1, "cancelled": 2}), outcome
+    assert store.get_sweep(spec.sweep_id).status == "cancelled"
+    resumed = sweep(spec, store, tmp_path, FakeBuilder(), FakeRunner(), reopen_cancelled=True)
+    assert resumed.statuses == Counter({"ok": 3}) and store.get_sweep(spec.sweep_id).status == "complete"
+
+
 def test_a_second_run_skips_final_jobs(tmp_path: Path, store: ResultStore) -> None:
     spec = make_spec(tmp_path, ("k", "gone"))
     _, waiting = (j.key for j in plan_jobs(spec))

@@ -140,7 +140,7 @@ def run_sweep(
     todo, outcome = _begin(spec, store, jobs, tvm_version, reopen_cancelled, releases)
     if not todo:  # nothing left: no pool, no Ray
         Progress(outcome, progress).on_start(0, 0, 0)
-        store.finish_sweep(spec.sweep_id, "complete" if outcome.complete else "incomplete")
+        store.finish_sweep(spec.sweep_id, final_status(outcome))
         return outcome
     if pool is None:
         from orchestrator.scheduling.ray_pool import RayPool
@@ -167,8 +167,17 @@ def run_sweep(
         store.finish_sweep(spec.sweep_id, "incomplete")
         raise
     if not sweep.cancelled:
-        store.finish_sweep(spec.sweep_id, "complete" if outcome.complete else "incomplete")
+        store.finish_sweep(spec.sweep_id, final_status(outcome))
     return outcome
+
+
+def final_status(outcome: SweepOutcome) -> str:
+    """The sweep's status once a run ends: jobs left pending make it incomplete; jobs a `sweep cancel` ended,
+    which only `sweep resume` runs again, keep it cancelled (a `sweep run` of the file after a cancel, which
+    skips them, called it complete)."""
+    if not outcome.complete:
+        return "incomplete"
+    return "cancelled" if outcome.statuses.get("cancelled") else "complete"
 
 
 def _begin(

@@ -283,6 +283,9 @@ def _execute(
         # One line however long (several hundred characters with every part): a pipe or a file gets it whole,
         # not cut at the console's 200 columns; a terminal gets it wrapped at its width, between words.
         console.print(report.outcome_line(outcome), soft_wrap=not console.is_terminal)
+    cancelled = outcome.statuses.get("cancelled", 0)
+    if cancelled and not reopen_cancelled:  # `sweep run` skips them as final; only a resume reopens them
+        note(f"{cancelled} job(s) were cancelled by `sweep cancel`: `tvmbench sweep resume {spec.sweep_id}` runs them")
     if not outcome.complete:
         raise typer.Exit(3)
     if any(status != "ok" for status in outcome.statuses):
