@@ -33,7 +33,7 @@ from tvmbench.answers.releases import releases
 from tvmbench.cli import app
 from workers import model_zoo
 from workers.toolchains import provision, registry
-from workers.toolchains.toolchain import Toolchain, ToolchainError, write_record
+from workers.toolchains.toolchain import Toolchain, ToolchainError, installed, write_record
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,6 +158,15 @@ def test_remove_deletes_what_an_unfinished_add_left(home: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "what an unfinished add left" in result.output and not leftover.exists()
     assert "no toolchain '0.26.0'" in one_error_line(invoke("remove", "0.26.0"))
+
+
+def test_adding_the_installed_release_provisions_nothing(home: Path) -> None:
+    """`toolchains add 0.27.0.post1` (the TVM here) built a 451 MB venv that no sweep or farm would use."""
+    here = installed().tvm_version
+    result = invoke("add", here)
+    assert result.exit_code == 0, result.output
+    assert f"TVM {here} is the installed toolchain" in result.output and "nothing to add" in result.output
+    assert not registry.directory(here).exists() and registry.find(here) is None
 
 
 def test_ctrl_c_between_two_provisionings_says_what_is_kept(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:

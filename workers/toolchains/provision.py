@@ -28,7 +28,7 @@ from typing import Any, TypeGuard
 
 from workers.toolchains import pins, probe, registry
 from workers.toolchains.spec import ToolchainSpec, check_wheel, parse
-from workers.toolchains.toolchain import Toolchain, ToolchainError, write_record
+from workers.toolchains.toolchain import Toolchain, ToolchainError, installed, write_record
 
 Progress = Callable[[str], None]
 PIP_TIMEOUT_S = 1800.0  # a cold cache downloads ~100 MB per release; a stuck index must still end
@@ -208,6 +208,10 @@ def add(spec: Any, progress: Progress = _quiet) -> Toolchain:
         check_wheel(Path(parsed.value))
     else:
         check_release(parsed.value)
+        if parsed.value == (here := installed()).tvm_version:
+            # Its venv would never be used: `[axes] tvm` and `farm up --tvm` take the installed TVM for it.
+            progress(f"TVM {parsed.value} is the installed toolchain, the TVM tvmbench runs on: nothing to add")
+            return here
     # Added already: no lock to take, so a sweep holding it (a shared hold) is no reason to wait.
     if _current(existing := registry.find(spec), progress):
         return existing
