@@ -359,7 +359,10 @@ def load_spec(path: str | Path, *, label: str | None = None) -> SweepSpec:
         checked_name("--label", label, may_be_empty=True)
         spec = replace(spec, label=label)
     # Here, not in parse_spec: `sweep resume` parses stored sweeps again, whose names were accepted before.
-    not_id_like("name", spec.name, f'write name = "run-{spec.name}" (any character but a hex digit will do)')
+    # A name taken from the file's name (2024.toml) is not refused: the user never wrote it, and `--sweep 2024`
+    # is ambiguous only with an id that starts so (the lookup says which it took).
+    if spec.name != path.stem:
+        not_id_like("name", spec.name, f'write name = "run-{spec.name}" (any character but a hex digit will do)')
     not_id_like(
         "--label" if label is not None else "label",
         spec.label,
