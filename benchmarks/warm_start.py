@@ -26,11 +26,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.tuning import default_cost_model, run_sweep
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as `python benchmarks/warm_start.py`, as the README says
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.tuning import default_cost_model, run_sweep  # noqa: E402
 
 SWEEP = """name = "warm-start-{run}"
 [[models]]
