@@ -240,4 +240,6 @@ def print_kernels(console: Console, kernels: list[tuple[str, float]] | None, top
     total = sum(ms for _, ms in kernels) or 1.0
     console.print(f"  top {min(top, len(kernels))} of {len(kernels)} kernels by time:")
     for name, ms in kernels[:top]:
-        console.print(f"    {ms:10.4f} ms  {ms / total * 100:5.1f}%  {name}", highlight=False)
+        console.print(
+            f"    {ms:10.4f} ms  {ms / total * 100:5.1f}%  {name}", highlight=False, soft_wrap=_piped(console)
+        )

@@ -25,6 +25,10 @@ _IDENTITY = ["job_key", "model", "target", "board_key", "executor", "opt_level",
 UNDECIDED = "undecided (too few samples)"
 
 
+class SameSweep(q.QueryError):
+    """Both sides of a comparison name one sweep: bad input (a 400 on the dashboard), not a sweep not found."""
+
+
 @dataclass
 class Comparison:
     """Matched rows (one dict per job_key in both sweeps) and the counts of the summary line."""
@@ -121,15 +125,13 @@ def compare(
 ) -> Comparison:
     """Compare sweep ``ref_b`` against baseline ``ref_a``; ratio is median(B)/median(A), >1 means slower.
 
-    ``distinct``: refuse (QueryError) when both name the same sweep (the CLI; the dashboard still answers).
+    ``distinct``: refuse (SameSweep) when both name the same sweep (the CLI, the API and the dashboard).
     """
     a = q.resolve_sweep(store, ref_a)
     b = q.resolve_sweep(store, ref_b)
     if distinct and a.id == b.id:  # a sweep against itself is ratio 1 everywhere: an answer to no question
         same = f"{ref_a!r} and {ref_b!r} both name sweep {a.id}" if ref_a != ref_b else f"{ref_a!r} names sweep {a.id}"
-        raise q.QueryError(
-            f"{same} on both sides: give two different sweeps (ids; `tvmbench results sweeps` lists them)"
-        )
+        raise SameSweep(f"{same} on both sides: give two different sweeps (ids; `tvmbench results sweeps` lists them)")
     df_a = q.query(store, q.Filters(sweep=a.id), with_samples=True)
     df_b = q.query(store, q.Filters(sweep=b.id), with_samples=True)
     merged = df_a.merge(df_b, on="job_key", suffixes=("_a", "_b"))

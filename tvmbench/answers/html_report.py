@@ -7,10 +7,11 @@ board key, unit, emulated) group, so emulated and real timings never share an ax
 from __future__ import annotations
 
 import base64
+import hashlib
 import html
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -56,8 +57,22 @@ class Written:
 
 
 def _slug(*parts: Any) -> str:
+    """A file-name stem of ``parts``; one that had to be cleaned up ends in a short hash of the real text."""
     text = "-".join(str(p) for p in parts)
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+    clean = "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+    # Models "a/b" and "a?b" both clean up to "a_b": one PNG file and one dashboard URL showed one model's plot
+    # under both names. The hash of the real name keeps each its own, and the same whatever else the sweep has.
+    return clean if clean == text else f"{clean}-{_digest(text)}"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def _distinct_stems(specs: list[PlotSpec]) -> list[PlotSpec]:
+    """``specs`` with every stem its own: parts joined by "-" can still meet ("a-b" on "c", "a" on "b-c")."""
+    counts = Counter(spec.stem for spec in specs)
+    return [replace(s, stem=f"{s.stem}-{_digest(s.caption)}") if counts[s.stem] > 1 else s for s in specs]
 
 
 def _table(rows: list[dict[str, Any]], columns: list[tuple[str, str]], row_class: Any = None) -> str:
@@ -178,7 +193,7 @@ def plot_specs(df: pd.DataFrame) -> list[PlotSpec]:
     failed = Counter(s for s in df["status"] if s not in NOT_FAILED)
     if failed:
         specs.append(PlotSpec("failures", "Failed jobs by kind", partial(failures_figure, failed)))
-    return specs
+    return _distinct_stems(specs)
 
 
 def sweep_plots(df: pd.DataFrame) -> list[Plot]:

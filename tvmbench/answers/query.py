@@ -325,7 +325,7 @@ def iter_results(store: ResultStore, sweep_id: str | None = None, limit: int | N
     if sweep_id is not None:  # --sweep "" names no sweep: an error, not every sweep
         stmt = stmt.where(m.Job.sweep_id == resolve_sweep(store, sweep_id).id)
     if limit is not None:
-        stmt = stmt.limit(limit)
+        stmt = stmt.limit(min(limit, SQL_INT_MAX))  # as query(): more rows than SQL can count is every row
     # The session keeps its objects only weakly: a batch is garbage once its rows are made.
     with store.read() as s:
         for job, run, build, tvm in s.execute(stmt.execution_options(yield_per=RESULT_BATCH)):

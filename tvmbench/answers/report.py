@@ -180,22 +180,29 @@ def split_pass_trace(trace: list[str]) -> tuple[list[str], int]:
 
 
 def job_detail(console: Console, d: dict[str, Any]) -> None:
-    console.print(Text.assemble((f"job {d['job_key']}", "bold"), f" (sweep {d['sweep_id']})"))
-    console.print(f"  model {d['model']}  target {d['target']}  board key {d['board_key']}")
+    """`results show`: one job's configuration, build, pass trace and runs."""
+    # Every line whole in a pipe (a log, grep), however long: the console's 200 columns cut an error, a
+    # model path or the static memory line in two; a terminal wraps them at its width.
+    whole = not console.is_terminal
+    console.print(Text.assemble((f"job {d['job_key']}", "bold"), f" (sweep {d['sweep_id']})"), soft_wrap=whole)
+    console.print(f"  model {d['model']}  target {d['target']}  board key {d['board_key']}", soft_wrap=whole)
     layout = f"  layout {d['layout']}" if d.get("layout") else ""
-    console.print(f"  executor {d['executor']}  opt_level {d['opt_level']}  pipeline {d['pipeline']}{layout}")
+    executor = f"  executor {d['executor']}  opt_level {d['opt_level']}  pipeline {d['pipeline']}{layout}"
+    console.print(executor, soft_wrap=whole)
     status = Text(d["status"], style=_STATUS_STYLE.get(d["status"], "red"))
-    console.print(Text.assemble("  status ", status, f": {d['error']}" if d.get("error") else ""), highlight=False)
+    error = f": {d['error']}" if d.get("error") else ""
+    console.print(Text.assemble("  status ", status, error), highlight=False, soft_wrap=whole)
     b = d.get("build")
     if b:
         console.print(
             f"  build {b['status']}: program {b['fingerprint']}, {b['kernel_count']} kernels, "
             f"{b['pass_count']} passes, {_fmt(b['compile_s'])} s, {b['artifact_size']} bytes "
-            f"{b['artifact_arch']}, TVM {b['tvm_version']} / ffi {b['ffi_version']}"
+            f"{b['artifact_arch']}, TVM {b['tvm_version']} / ffi {b['ffi_version']}",
+            soft_wrap=whole,
         )
         memory = b.get("memory")
         if memory and memory.get("kind") == "relax-static-plan":
-            console.print(f"  static memory: {static_plan_line(memory)}", highlight=False)
+            console.print(f"  static memory: {static_plan_line(memory)}", highlight=False, soft_wrap=whole)
         elif memory:  # microcontroller builds: does it fit the part?
             console.print(
                 f"  memory: flash {memory['flash_bytes']} bytes (text {memory['text_bytes']}, weights "
@@ -203,29 +210,31 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
                 f"workspace {memory['workspace_bytes']}, I/O {memory['io_bytes']}, stack estimate "
                 f"{memory['stack_estimate_bytes']})",
                 highlight=False,
+                soft_wrap=whole,
             )
         if b.get("layout"):
-            console.print(f"  layout {layout_line(b['layout'])}", highlight=False)
+            console.print(f"  layout {layout_line(b['layout'])}", highlight=False, soft_wrap=whole)
         if b.get("error"):
-            console.print(f"  build error: {b['error']}", highlight=False)
+            console.print(f"  build error: {b['error']}", highlight=False, soft_wrap=whole)
         if b.get("tuning"):
             from tvmbench.answers.tuning import curve_lines, print_tuning
 
             print_tuning(console, b["tuning"])
             for line in curve_lines(d.get("tuning_curve")):
-                console.print(line, highlight=False, soft_wrap=not console.is_terminal)
+                console.print(line, highlight=False, soft_wrap=whole)
         if b["pass_trace"]:
             relax_passes, tir_count = split_pass_trace(b["pass_trace"])
             console.print(
                 f"  pass trace ({len(b['pass_trace'])} passes, {tir_count} of them TIR lowering; all in --json): "
                 + " > ".join(relax_passes),
                 highlight=False,
-                soft_wrap=not console.is_terminal,
+                soft_wrap=whole,
             )
     for other in d.get("same_program_as", []):
         console.print(
             f"  same program as job {other['job_key'][:12]} (opt_level {other['opt_level']}, "
-            f"{other['pipeline']}, {other['executor']})"
+            f"{other['pipeline']}, {other['executor']})",
+            soft_wrap=whole,
         )
     for r in d.get("runs", []):
         samples = ", ".join(f"{s:.4g}" for s in r["samples"])
@@ -238,13 +247,11 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
             + (f", load {r['load_avg_1m']:.2f}" if r["load_avg_1m"] is not None else "")
             + (f", same program as {r['equivalent_to'][:12]}" if r["equivalent_to"] else "")
         )
-        console.print(line, highlight=False, soft_wrap=not console.is_terminal)
+        console.print(line, highlight=False, soft_wrap=whole)
         if r["error"]:
-            console.print(f"    error: {r['error']}", highlight=False, soft_wrap=not console.is_terminal)
+            console.print(f"    error: {r['error']}", highlight=False, soft_wrap=whole)
         for text in run_measurement_lines(r):
-            console.print(
-                Text(f"    {text}"), highlight=False, soft_wrap=not console.is_terminal
-            )  # reasons are text, not markup
+            console.print(Text(f"    {text}"), highlight=False, soft_wrap=whole)  # reasons are text, not markup
 
 
 def layout_line(layout: dict[str, Any]) -> str:

@@ -5,6 +5,7 @@ TVM releases, and failures by kind. Each takes one (model, board key, unit, emul
 from __future__ import annotations
 
 import io
+import warnings
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,10 @@ def new_figure(figsize: tuple[float, float]) -> Figure:
 
 def png_bytes(fig: Figure) -> bytes:
     """The figure as PNG bytes (100 dpi, trimmed)."""
+    # A model named in CJK or emoji draws its missing glyphs as boxes, and matplotlib said so as a
+    # UserWarning per glyph on the user's terminal: the plot is still drawn, so the warning says nothing to
+    # act on. A filter, not catch_warnings: that one is not thread safe (the dashboard draws in threads).
+    warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     return buf.getvalue()

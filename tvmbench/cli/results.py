@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
@@ -137,6 +138,7 @@ def results_show(
     from tvmbench.answers import why
 
     tables(wide, only, tsv, as_json)
+    _name_notes()  # --sweep or --diff-sweep NAME that several sweeps share: which one, as `results list` says
     check_range("--top", top, 0)
     with failures_as_lines():  # unknown jobs or sweeps: one line, exit 2
         shown = why.explain_job(open_store(db, read_only=True), job, sweep, diff, diff_sweep)
@@ -153,7 +155,7 @@ def results_show(
             console.print(f"  identical ({shown['pass_count']} passes)")
         for line in pass_diff or []:
             style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
-            console.print(Text(f"  {line}", style=style), highlight=False)
+            console.print(Text(f"  {line}", style=style), highlight=False, soft_wrap=not console.is_terminal)
 
 
 # --- analysis: query, best, compare, regressions, report -------------------------------------------
@@ -183,6 +185,10 @@ def _when(value: str | None, option: str) -> datetime | None:
 def _filters(sweep, model, target, board, executor, opt_level, pipeline, status, since, until):
     from tvmbench.answers import query
 
+    # A sweep's opt_level axis takes 0 to 3 (orchestrator/spec/sweep.py): past SQL's integers a filter was
+    # an OverflowError traceback, and below or above the axis it matched nothing without a word.
+    if opt_level is not None and not 0 <= opt_level <= 3:
+        fail(f"--opt-level {opt_level}: must be 0 to 3 (the opt_level of a sweep's jobs)", code=2)
     return query.Filters(
         sweep=sweep,
         model=model,
@@ -241,7 +247,7 @@ def results_query(
         fail(f"--csv and {other} are two formats for one output: choose one", code=2)
     tables(wide, only, tsv, as_json)
     _name_notes()
-    if max_memory_mb is not None and not max_memory_mb > 0:  # nan too
+    if max_memory_mb is not None and not 0 < max_memory_mb < math.inf:  # nan, inf and 1e400 too
         fail(f"--max-memory-mb {max_memory_mb:g}: give the board's memory in MB, e.g. --max-memory-mb 512", code=2)
     filters = _filters(sweep, model, target, board, executor, opt_level, pipeline, status, since, until)
     filters = replace(filters, max_memory_mb=max_memory_mb)
@@ -481,4 +487,5 @@ def report_cmd(
             written = html_report.write_report(open_store(db, read_only=True), sweep, output, png_dir=png)
     except OSError as exc:  # a full disk, a read-only folder, /dev/full: one line, not a traceback
         fail(f"cannot write the report to {exc.filename or output}: {exc.strerror or exc}")
-    console.print(f"report {written.html} ({written.plots} plot(s))" + (f", PNGs in {png}" if png else ""))
+    said = f"report {written.html} ({written.plots} plot(s))" + (f", PNGs in {png}" if png else "")
+    console.print(said, soft_wrap=not console.is_terminal)  # long paths: one line in a pipe

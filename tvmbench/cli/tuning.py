@@ -103,16 +103,22 @@ def tuning_export(
             done = exchange.export_records(store, directory, scope, model_name=model, top=top, append=append)
     except exchange.ExchangeError as exc:
         fail(str(exc), code=2)
-    summary = {"directory": str(done.directory), "workloads": done.workloads, "records": done.records, **done.scope}
+    summary = {
+        "directory": str(done.directory), "workloads": done.workloads, "records": done.records,
+        "skipped": done.skipped, **done.scope,
+    }  # fmt: skip
     if as_json:
         print_json(summary)
         return
     which = f"the {top} fastest valid per workload" if top is not None else "every record, failed trials too"
+    # With --append, what the files held already is skipped, not written twice: say how much of each.
+    held = f", {done.skipped} already there skipped" if append else ""
     console.print(
-        f"exported {done.records} record(s) ({which}) of {done.workloads} workload(s) (board {scope.board_key}, "
-        f"TVM {scope.tvm_version}, {scope.module_equality}) to {done.directory}; load with "
+        f"exported {done.records} record(s) ({which}{held}) of {done.workloads} workload(s) (board "
+        f"{scope.board_key}, TVM {scope.tvm_version}, {scope.module_equality}) to {done.directory}; load with "
         f"ms.database.JSONDatabase(work_dir={str(done.directory)!r})",
         highlight=False,
+        soft_wrap=not console.is_terminal,  # one line in a pipe, not cut at the console's 200 columns
     )
 
 
@@ -176,6 +182,7 @@ def tuning_import(
         f"imported {done.records} record line(s), {done.distinct} distinct, of {done.workloads} workload(s) from "
         f"{done.directory}: {done.new} new, {done.distinct - done.new} already stored (board {board_key})",
         highlight=False,
+        soft_wrap=not console.is_terminal,
     )
 
 
@@ -204,6 +211,7 @@ def _export_as_stored(
             f"{directory} already holds {' and '.join(existing)}; export into an empty directory, or pass --append "
             "to add these records to that database"
         )
+    held = exchange.held_records(directory)
     rows = store.tuning_records(scope, model_name=model_name)  # type: ignore[attr-defined]
     done = exchange.Exported(directory, {**scope.__dict__})
     index: dict[str, int] = {}  # workload hash -> its line in the workload file (an appended one too)
@@ -222,11 +230,14 @@ def _export_as_stored(
             workloads_out.append(json.dumps([wl.workload_hash, wl.mod_b64], separators=(",", ":")))
         if wl.id not in per_workload:
             done.workloads += 1
+        per_workload[wl.id] = per_workload.get(wl.id, 0) + 1  # one held already is still among the best N
         record = [rec.trace, rec.run_secs, rec.target, rec.args_info]
+        if exchange.record_key(wl.workload_hash, record) in held:  # --append: not written twice
+            done.skipped += 1
+            continue
         records_out.append(json.dumps([index[wl.workload_hash], record], separators=(",", ":")))
-        per_workload[wl.id] = per_workload.get(wl.id, 0) + 1
         done.records += 1
-    if not done.records:
+    if not done.records and not done.skipped:
         raise exchange.ExchangeError(
             "the selected scope has no records to export" + (f" for model {model_name}" if model_name else "")
         )

@@ -31,6 +31,7 @@ from db.engine import StoreError
 from tvmbench.answers import query as q
 from tvmbench.answers import regressions
 from tvmbench.answers import tuning as tuning_answers
+from tvmbench.answers.compare import SameSweep
 from tvmbench.dashboard import plots, views
 
 if TYPE_CHECKING:
@@ -277,6 +278,8 @@ def create_app(
                 threshold = _number(params, "threshold", low=0.0)
                 alpha = _number(params, "alpha", low=0.0, high=1.0, open_low=True)
                 data = views.compare(store, a, b, threshold=threshold, alpha=alpha)
+            except SameSweep as exc:  # one sweep on both sides: refused as `results compare` refuses it
+                error, status = str(exc), 400
             except q.QueryError as exc:  # an unknown or ambiguous sweep, like /sweep/{ref}
                 error, status = str(exc), 404
             except ValueError as exc:  # a threshold or alpha that is no number

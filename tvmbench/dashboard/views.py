@@ -27,6 +27,8 @@ RESULT_COLUMNS = [
 ]  # fmt: skip
 #: The filters of the sweep page: a query-string name -> the Filters field it sets.
 FILTERS = ("model", "board", "executor", "status")
+#: The sweep page's sort orders (?order=), as its column headers' links write them.
+ORDERS = ("asc", "desc")
 
 
 def jsonable(value: Any) -> Any:
@@ -60,12 +62,15 @@ class SweepQuery:
 
     @classmethod
     def parse(cls, params: Any) -> SweepQuery:
-        """From query parameters (``?model=...&sort=median&order=desc``); unknown sort columns are refused."""
+        """From query parameters (``?model=...&sort=median&order=desc``); unknown sorts and orders are refused."""
         sort = params.get("sort") or "median"
         if sort not in q.COLUMNS:
             raise q.QueryError(f"cannot sort by {sort!r}; choose from {', '.join(q.COLUMNS)}")
+        order = params.get("order") or "asc"
+        if order not in ORDERS:  # "sideways" sorted ascending without a word, as if it were understood
+            raise q.QueryError(f"?order={order!r}: choose from {', '.join(ORDERS)}")
         picked = {f: (params.get(f) or None) for f in FILTERS}
-        return cls(**picked, sort=sort, descending=params.get("order") == "desc")
+        return cls(**picked, sort=sort, descending=order == "desc")
 
     def filters(self, sweep_id: str) -> q.Filters:
         return q.Filters(sweep=sweep_id, model=self.model, board=self.board, executor=self.executor, status=self.status)
@@ -110,8 +115,9 @@ def job(store: ResultStore, key: str, sweep_ref: str | None = None, diff: str | 
 def compare(
     store: ResultStore, ref_a: str, ref_b: str, *, threshold: float = 0.05, alpha: float = 0.05
 ) -> dict[str, Any]:
-    """Two sweeps side by side: `tvmbench results compare A B --json`."""
-    return jsonable(comparison_json(compare_mod.compare(store, ref_a, ref_b, threshold=threshold, alpha=alpha)))
+    """Two sweeps side by side: `tvmbench results compare A B --json` (compare_mod.SameSweep when both are one)."""
+    compared = compare_mod.compare(store, ref_a, ref_b, threshold=threshold, alpha=alpha, distinct=True)
+    return jsonable(comparison_json(compared))
 
 
 def history(store: ResultStore, key: str, method: str = "zscore") -> dict[str, Any]:

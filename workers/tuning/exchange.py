@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tvmbench.core.errors import describe_missing
-from tvmbench.core.records import TuningScope
+from tvmbench.core.records import TuningScope, canonical_hash
 from workers.tuning.database import MODULE_EQUALITIES, SqlTuningDatabase, canonical_target, installed_tvm_version
 from workers.tuning.json_files import JsonFileError, read_records, read_workloads
 
@@ -38,7 +38,8 @@ class Exported:
     directory: Path
     scope: dict[str, Any]
     workloads: int = 0
-    records: int = 0
+    records: int = 0  # record lines written
+    skipped: int = 0  # records the files held already (--append): not written twice
 
 
 @dataclass
@@ -218,6 +219,7 @@ def export_records(
             f"{directory} already holds {' and '.join(existing)}; export into an empty directory, or pass --append "
             "to add these records to that database"
         )
+    held = held_records(directory)  # before JSONDatabase reads the files: a bad line is named, not a C++ check
     rows = store.tuning_records(scope, model_name=model_name)
     out = JSONDatabase(work_dir=str(directory), module_equality=scope.module_equality)
     result = Exported(directory, {**scope.__dict__})
@@ -232,15 +234,54 @@ def export_records(
             mod = Workload.from_json([wl.workload_hash, wl.mod_b64]).mod
             workloads[wl.id] = out.commit_workload(mod)
             result.workloads += 1
+        per_workload[wl.id] = per_workload.get(wl.id, 0) + 1  # one held already is still among the best N
+        if record_key(wl.workload_hash, [rec.trace, rec.run_secs, rec.target, rec.args_info]) in held:
+            result.skipped += 1
+            continue
         record = TuningRecord.from_json([rec.trace, rec.run_secs, rec.target, rec.args_info], workloads[wl.id])
         out.commit_tuning_record(record)
-        per_workload[wl.id] = per_workload.get(wl.id, 0) + 1
         result.records += 1
-    if not result.records:
+    if not result.records and not result.skipped:
         raise ExchangeError(
             "the selected scope has no records to export" + (f" for model {model_name}" if model_name else "")
         )
     return result
+
+
+def record_key(workload_hash: str, record: list[Any]) -> tuple[str, str]:
+    """What makes a record the same record in a JSON database: its workload's hash and its JSON, canonical."""
+    return workload_hash, canonical_hash(_bools_as_ints(record))
+
+
+def _bools_as_ints(value: Any) -> Any:
+    """``value`` with every boolean as 0 or 1: MetaSchedule's JSON writer prints a trace's ``true`` as ``1``
+    where the results database keeps ``true``, so the one record read from both would differ."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, list):
+        return [_bools_as_ints(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _bools_as_ints(v) for k, v in value.items()}
+    return value
+
+
+def held_records(directory: Path) -> set[tuple[str, str]]:
+    """The ``record_key`` of every record the JSON database in ``directory`` holds (none there: empty).
+
+    An --append of records already in the files wrote each one again (MetaSchedule's JSONDatabase appends
+    whatever it is given): they are skipped instead, as an import skips the records already stored.
+    """
+    workload_file, record_file = directory / WORKLOAD_FILE, directory / RECORD_FILE
+    if not (workload_file.is_file() and record_file.is_file()):
+        return set()
+    try:
+        workloads = read_workloads(workload_file)
+        lines, _ = read_records(record_file, len(workloads))
+    except JsonFileError as exc:
+        raise ExchangeError(f"{exc}; --append adds to a MetaSchedule JSON database: fix that line") from None
+    except OSError as exc:
+        raise ExchangeError(f"cannot read the JSON database in {directory}: {exc.strerror or exc}") from None
+    return {record_key(workloads[line.workload_index][1][0], line.record) for line in lines}
 
 
 def _output_directory(directory: Path) -> None:
