@@ -217,7 +217,7 @@ def test_every_page_answers_and_shows_the_sweeps_jobs(server: str, filled: dict[
     status, _, history = get(f"{server}/history/{keys[0]}")
     assert status == 200 and sweep_id[:12] in history
     status, _, compare = get(f"{server}/compare?a={sweep_id}&b={sweep_id}")
-    assert status == 200 and "4 matched jobs" in compare
+    assert status == 400 and "on both sides: give two different sweeps" in compare  # as `results compare`
     status, _, farm = get(f"{server}/farm")
     assert status == 200 and board in farm and "failures in a row" in farm
     assert get(f"{server}/sweep/nosuchsweep")[0] == 404
@@ -240,12 +240,12 @@ def test_json_endpoints_give_what_the_cli_prints(server: str, filled: dict[str, 
     assert get_json(f"{server}/api/job/{key}?sweep={sweep_id}") == cli_json(
         "results", "show", key, "--sweep", sweep_id, "--db", url
     )
-    # The CLI refuses a sweep compared with itself (the hostile user's `compare NAME LABEL` of one sweep);
-    # the page of one sweep (its B defaulting to A) still answers: its JSON is the compare module's own.
+    # A sweep compared with itself (the hostile user's `compare NAME LABEL` of one sweep) is refused by the
+    # CLI and the dashboard alike, with the same line.
     same = CliRunner().invoke(app, ["results", "compare", sweep_id, sweep_id, "--db", url, "--json"])
     assert same.exit_code == 2 and "give two different sweeps" in same.output, same.output
-    compared = get_json(f"{server}/api/compare?a={sweep_id}&b={sweep_id}")
-    assert {r["job_key"] for r in compared["rows"]} == {r["job_key"] for r in data["results"]}, compared.keys()
+    status, _, body = get(f"{server}/api/compare?a={sweep_id}&b={sweep_id}")
+    assert status == 400 and json.loads(body)["error"] in same.output, body
     farm = get_json(f"{server}/api/farm")
     assert farm["boards"] == cli_json("farm", "list", "--no-live", "--tracker", farm["tracker"], "--db", url)["boards"]
     assert {b["board"] for b in farm["known"]} >= {r["board"] for r in data["results"]}
