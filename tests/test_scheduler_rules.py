@@ -334,6 +334,18 @@ def test_a_run_after_a_cancel_keeps_the_sweep_cancelled_and_a_resume_finishes_it
     outcome = sweep(spec, store, tmp_path, FakeBuilder(), again)
     assert again.calls == [] and outcome.statuses == Counter({"ok": 1, "cancelled": 2}), outcome
     assert store.get_sweep(spec.sweep_id).status == "cancelled"
+    # `sweep plan` said "0 job(s) to run, 3 already final", while `sweep resume` runs two of them again.
+    from rich.console import Console
+
+    from orchestrator.plan import plan_rows
+    from tvmbench.answers.report import plan_table
+
+    console = Console(record=True, width=300)
+    plan_table(console, spec.sweep_id, plan_rows(spec, store))
+    assert (
+        f"0 job(s) to run, 3 already final (2 cancelled: `tvmbench sweep resume {spec.sweep_id}` runs them again)"
+        in console.export_text()
+    )
     resumed = sweep(spec, store, tmp_path, FakeBuilder(), FakeRunner(), reopen_cancelled=True)
     assert resumed.statuses == Counter({"ok": 3}) and store.get_sweep(spec.sweep_id).status == "complete"
 

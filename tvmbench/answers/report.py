@@ -65,7 +65,13 @@ def plan_table(console: Console, sweep_id: str, rows: list[dict[str, Any]]) -> N
         }
     )
     to_run = sum(1 for r in rows if r["status"] in ("new", "pending", "pending-device"))
-    console.print(f"{to_build} program(s) to build, {to_run} job(s) to run, {len(rows) - to_run} already final")
+    cancelled = sum(1 for r in rows if r["status"] == "cancelled")
+    # `sweep run` skips cancelled jobs as final; `sweep resume` runs them again: the line says which it means.
+    also = f" ({cancelled} cancelled: `tvmbench sweep resume {sweep_id}` runs them again)" if cancelled else ""
+    console.print(
+        f"{to_build} program(s) to build, {to_run} job(s) to run, {len(rows) - to_run} already final{also}",
+        soft_wrap=not console.is_terminal,
+    )
 
 
 PLAN_JOBS_NAMED = 4  # job ids a shared plan's heading names before "and N more"
