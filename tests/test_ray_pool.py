@@ -5,6 +5,7 @@ Placement over several nodes (SPREAD) is checked on a real two-node cluster in t
 
 from __future__ import annotations
 
+import gc
 import os
 from typing import Any
 
@@ -16,6 +17,7 @@ from orchestrator.scheduling.pool import TaskLost
 from orchestrator.scheduling.ray_pool import RayPool
 from orchestrator.scheduling.tasks import BuildItem
 from tvmbench.core.records import Job, ModelRef, TargetSpec
+from workers.fence import Fence, create_fence
 
 
 @ray.remote(num_cpus=1)
@@ -66,3 +68,12 @@ def test_a_build_whose_worker_keeps_dying_is_lost_not_failed(ray_local: None) ->
             pool.result(handle)
     finally:
         pool.close()
+
+
+def test_the_fence_lives_through_every_sweep_of_one_process(ray_local: None) -> None:
+    """Each RayPool (one per sweep run) calls create_fence; the second one dropped the handle that kept the
+    actor, so every second sweep of a process (the API, a notebook, these tests) ran with no fence at all."""
+    for run in range(3):
+        RayPool(f"fence-lives-{run}").close()
+        gc.collect()  # the dropped handle goes now, not whenever Python gets to it
+        assert Fence(create_fence()).state() is not None, f"the fence actor is gone after sweep {run + 1}"

@@ -98,6 +98,11 @@ def create_fence(host: str | None = None) -> str:
     import ray
 
     host = host or socket.gethostname()
+    # The handle that created the actor is what keeps it: a second sweep of this process replaced it with
+    # the handle get_if_exists gives, Ray ended the actor with the first, and every hold of that sweep was
+    # granted unchecked (the fence was dead in every second sweep of a process, alive again in the third).
+    if host in _FENCES and _answers(_FENCES[host]):
+        return host
     actor = ray.remote(num_cpus=0)(_HostFenceState)
     # Kept: Ray deletes a non-detached actor once its last handle goes, name or not, and every hold was
     # then granted unchecked (builds and tuning candidates' timings were not fenced at all).
@@ -105,6 +110,17 @@ def create_fence(host: str | None = None) -> str:
         name=fence_name(host), namespace=NAMESPACE, get_if_exists=True, lifetime=None
     ).remote()
     return host
+
+
+def _answers(actor: Any) -> bool:
+    """Whether the fence actor behind ``actor`` is alive (Ray shut down and started again ends it)."""
+    import ray
+
+    try:
+        ray.get(actor.state.remote(), timeout=30)
+    except Exception:
+        return False
+    return True
 
 
 def reset_fence(host: str) -> None:
