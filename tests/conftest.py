@@ -142,6 +142,24 @@ def _revive(farm: LocalFarm) -> list[str]:
 
 
 @pytest.fixture(autouse=True)
+def _host_fence_left_clean() -> Iterator[None]:
+    """After each test, drop the holds left on this machine's fence actor, which lives for the whole session.
+
+    A build that a test kills or abandons (a cancel, a crash, a driver stopped mid-sweep) never releases
+    its hold, and the hold's time-to-live is 30 minutes: every later test's timings on the host waited for
+    it (a tuned test hung 20 minutes in CI). Each test starts with a free fence, as each sweep process does.
+    """
+    yield
+    ray = sys.modules.get("ray")  # never imported here: tests that must not import Ray stay without it
+    if ray is None or not ray.is_initialized():
+        return
+    from workers.fence import _FENCES, reset_fence
+
+    for host in list(_FENCES):
+        reset_fence(host)
+
+
+@pytest.fixture(autouse=True)
 def _local_farm_survives(request: pytest.FixtureRequest) -> Iterator[None]:
     """Around a test that uses the shared farm: if its tracker or a board died, fail the test it died in
     with the logs and start the dead parts again, so one casualty does not fail every later test as
