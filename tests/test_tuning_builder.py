@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import ray
 
 from workers.fence import Fence, create_fence
@@ -53,15 +52,6 @@ def test_a_candidate_past_its_timeout_is_a_failed_trial_and_its_fence_hold_is_le
     assert errors[1] is not None and errors[1].startswith("build-timeout"), errors
     assert builder.stats.failed == {"build-timeout": 1}
     assert fence.state() == {"builds": 0, "timing": 0, "waiting_timers": 0}, "the cancelled build's hold was kept"
-
-
-@pytest.fixture(autouse=True)
-def _fence_left_clean(ray_local: None) -> Any:
-    """Other tests share this machine's fence actor in the session's Ray: leave it without holds."""
-    yield
-    from workers.fence import reset_fence
-
-    reset_fence(create_fence())
 
 
 def test_the_warm_up_is_a_build_and_waits_for_a_timing_on_the_host(ray_local: None) -> None:
