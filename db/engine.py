@@ -145,6 +145,21 @@ def check_backend(url: str) -> None:
         )
 
 
+def in_memory(given: str) -> bool:
+    """Whether the database a person gave (a URL or a path) is SQLite in memory."""
+    # SQLite's own name for it, given as a path: as_url would make it a file named ":memory:" in the
+    # working directory (created by a writer, reported as .../%3Amemory%3A).
+    if given.strip() == ":memory:":
+        return True
+    try:
+        parsed = make_url(as_url(given))
+    except Exception:  # not a URL: check_backend says so
+        return False
+    return parsed.get_backend_name() == "sqlite" and (
+        parsed.database in (None, "", ":memory:") or "memory" in str(parsed.query.get("mode"))
+    )
+
+
 def refuse_in_memory(given: str | None) -> None:
     """StoreError if the database a person gave (``given``, else TVMBENCH_DB) is SQLite in memory.
 
@@ -152,15 +167,7 @@ def refuse_in_memory(given: str | None) -> None:
     on purpose, to read where no file exists yet (db/store.py's ``EMPTY_DB``).
     """
     given = given if given is not None else os.environ.get("TVMBENCH_DB")
-    if not given:
-        return
-    try:
-        parsed = make_url(as_url(given))
-    except Exception:  # not a URL: check_backend says so
-        return
-    if parsed.get_backend_name() == "sqlite" and (
-        parsed.database in (None, "", ":memory:") or "memory" in str(parsed.query.get("mode"))
-    ):
+    if given and in_memory(given):
         # A sweep run into it printed its table and lost every row at exit: no resume, no query.
         raise StoreError(
             f"{given}: an in-memory SQLite database keeps nothing after this command; give a file, "

@@ -37,10 +37,15 @@ def check_host(host: str, allow_remote: bool) -> None:
 def open_readonly(url: str | None) -> ResultStore:
     """The results database opened so that it can never be written (``ResultStore(never_write=True)``),
     its schema checked; ServeError names what is wrong (a missing file, an older schema, no server)."""
+    from db.engine import refuse_in_memory
     from db.store import ResultStore, StoreError, default_url
     from db.urls import shown_url
     from tvmbench.core.errors import one_line
 
+    try:
+        refuse_in_memory(url)  # an empty page to serve; as a path, ":memory:" read as a missing file of that name
+    except StoreError as exc:
+        raise ServeError(str(exc)) from None
     url = url or default_url()
     try:
         return ResultStore(url, never_write=True)
