@@ -72,7 +72,14 @@ def releases_json(result: Releases) -> dict[str, Any]:
 def write_frame(console: Console, df: pd.DataFrame, title: str, fmt_name: str) -> None:
     """A DataFrame as a table, JSON records or CSV on stdout."""
     if fmt_name == "csv":
-        df.to_csv(sys.stdout, index=False)
+        from pandas.api.types import is_string_dtype
+
+        # Text cells only: numeric columns stay numbers (-1.5), user text never runs as a formula.
+        out = df.copy()
+        for name in out.columns:
+            if is_string_dtype(out[name].dtype):  # str (pandas 3) or object
+                out[name] = out[name].map(lambda v: table.spreadsheet_text(v) if isinstance(v, str) else v)
+        out.to_csv(sys.stdout, index=False)
     elif fmt_name == "json":
         sys.stdout.write(json.dumps(records(df.to_dict("records")), indent=2, default=str) + "\n")
     else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,20 @@ _BIDI = {c: f"\\u{c:04x}" for c in BIDI_CONTROLS}
 def shown(text: str) -> str:
     """``text`` as a terminal may show it: control characters (``printable``) and bidi overrides escaped."""
     return printable(text).translate(_BIDI)
+
+
+#: What a spreadsheet takes for the start of a formula in a cell it imports (OWASP's CSV injection list).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def spreadsheet_text(text: str) -> str:
+    """A text cell of a CSV or TSV that a spreadsheet shows as written: a leading formula character gets a '."""
+    # Names are user text: a model "=HYPERLINK(...)" ran as a formula on opening the file. A number written
+    # as text (-1.5) stays a number, and a lone "-" (no value) is no formula.
+    if text[:1] in FORMULA_STARTS and text != "-" and not _NUMBER.fullmatch(text):
+        return "'" + text
+    return text
 
 
 class ColumnError(ValueError):
@@ -405,9 +420,10 @@ def _print_tsv(columns: Sequence[Column], rows: Sequence[dict[str, Any]], wanted
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return ""
         # Numbers unrounded and ids whole (a spreadsheet computes with them); other cells as on screen.
-        plain = col.ident or col.text is None or (isinstance(value, Real) and not isinstance(value, bool))
-        text = str(value) if plain else col.cell(row)
-        return shown(text.replace("\t", " ").replace("\n", " "))
+        number = isinstance(value, Real) and not isinstance(value, bool)
+        plain = col.ident or col.text is None or number
+        text = shown((str(value) if plain else col.cell(row)).replace("\t", " ").replace("\n", " "))
+        return text if number else spreadsheet_text(text)  # -inf is a number too, not a formula
 
     out = ["\t".join(c.key for c in chosen)]
     out += ["\t".join(raw(c, r) for c in chosen) for r in rows]
