@@ -6,7 +6,7 @@ transactions, so an interrupted command leaves whole rows or none. A running
 sweep says more: that finished jobs are stored and how to resume (tvmbench/cli/sweep.py).
 
 Output that cannot be written is no traceback either: a reader that went away (``| head``) ends the
-command quietly (click's own handling, exit 1); a full disk or a failing device under a redirection is one
+command quietly with exit 0 (``_reader_gone``); a full disk or a failing device under a redirection is one
 line on stderr and exit 1. A path too long for the file system, wherever it was given, is one line and
 exit 2. Any other error of a file tvmbench writes itself (a full disk, a read-only TVMBENCH_HOME, a file
 where its folder should be) is one line naming the file and what to do, exit 1. A terminal or pipe whose
@@ -71,12 +71,17 @@ def main() -> None:
 
     interrupts.install()
     _encode_what_the_output_can()
+    stdout = sys.stdout
     try:
         from tvmbench.cli import app
 
         app()
     except KeyboardInterrupt as exc:  # during the imports, before typer runs
         _interrupted(exc)
+    except BrokenPipeError:  # raised outside click's own handling of it (see the SystemExit below)
+        if not _reader_left(stdout):
+            raise
+        _reader_gone()
     except OSError as exc:
         if exc.errno == errno.ENAMETOOLONG:  # a path given anywhere (sweep file, model, -o): bad input
             sys.stderr.write(f"error: {_shorten(exc.filename)}: {exc.strerror}; give a shorter path\n")
@@ -95,6 +100,16 @@ def main() -> None:
         cause = _interrupt_cause(exc)
         if cause is not None:
             _interrupted(cause)
+        # rich ends a print that met EPIPE with SystemExit(1) raised while handling it (its consoles write
+        # to stdout and stderr only), stdout already pointed at /dev/null.
+        if exc.code == 1 and isinstance(exc.__context__, BrokenPipeError):
+            _reader_gone()
+        # click ends a command that met EPIPE with exit 1, wrapping sys.stdout so that the flush at exit stays
+        # quiet: that swap is the one sign of it that reaches here. The EPIPE may have been a socket's (a
+        # tracker gone): only a stdout whose reader left is the quiet exit 0.
+        if sys.stdout is not stdout and getattr(sys.stdout, "wrapped", None) is stdout and _reader_left(stdout):
+            _reader_gone()
+        _flush_stdout()  # what is still buffered fails here, not as "Exception ignored" (exit 120) at exit
         raise
     finally:  # the command is over: a Ctrl-C now would only break the exit hooks (Ray's shutdown)
         interrupts.ignore_from_now()
@@ -122,6 +137,41 @@ def _shorten(name: object, keep: int = 30) -> str:
     from tvmbench.core.printable import printable, shortened
 
     return printable(shortened(os.fsdecode(name), keep)) if isinstance(name, str | bytes) else "a path"
+
+
+def _reader_gone() -> None:
+    """The reader of stdout went away (``| head -1``, ``grep -q``, a pager quit): end quietly, exit 0.
+
+    0, not click's 1 nor the shell's 141 (SIGPIPE): the reader had what it wanted, nothing failed, and under
+    ``set -o pipefail`` a non-zero status would fail a script's ``tvmbench results list | head -1``.
+    """
+    _discard_stdout()
+    raise SystemExit(0) from None
+
+
+def _reader_left(stdout: object) -> bool:
+    """Whether ``stdout`` is a pipe whose reading end is closed (poll reports an error or hang-up on it)."""
+    import select
+
+    try:
+        fd = stdout.fileno()  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        return False
+    if not hasattr(select, "poll"):  # Windows: no way to ask; click's reading of the EPIPE stands
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _flush_stdout() -> None:
+    """Flush stdout now; a reader that went away meanwhile costs nothing (the command's status stands)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:  # what the command had to say is said; only its last lines found no reader
+        _discard_stdout()
+    except (OSError, ValueError):  # a full disk, a closed stream: Python's own report at exit, as before
+        pass
 
 
 def _discard_stdout() -> None:
