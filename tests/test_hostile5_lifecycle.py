@@ -324,7 +324,7 @@ def test_the_api_refuses_wrong_types_and_ranges_before_anything_starts(tmp_path:
     with tvmbench.open(db) as results:
         with pytest.raises(ValueError, match="confidence 2: must be above 0 and below 1"):
             results.best(confidence=2)
-        with pytest.raises(ValueError, match="lookback 0: must be at least 1"):
+        with pytest.raises(ValueError, match="lookback 0: must be at least 3"):
             results.history("abc", lookback=0)
         with pytest.raises(ValueError, match="since = 'yesterday' is no date"):
             results.query(since="yesterday")

@@ -194,7 +194,7 @@ class Results:
 
         from tvmbench.answers.regressions import Params, history
 
-        _check_range("lookback", lookback, 1)
+        _check_range("lookback", lookback, Params.min_history)  # a shorter window judges no point
         data = history(self.store, job, method=method, params=Params(lookback=lookback))
         df = pd.DataFrame(data.pop("points"))
         df.attrs.update(data)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from tvmbench.answers import query as q
 from tvmbench.answers import ranking, regressions
@@ -51,7 +51,7 @@ th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}
 
 @dataclass
 class Written:
-    html: Path
+    html: Path | None  # None: the page went to a stream (`report -o -`: stdout)
     plots: int
     pngs: list[Path] = field(default_factory=list)
 
@@ -237,8 +237,8 @@ def failures_by_kind(df: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def write_report(store: ResultStore, sweep_ref: str, out: Path, *, png_dir: Path | None = None) -> Written:
-    """Write the report of sweep ``sweep_ref`` to ``out`` (and each plot to ``png_dir`` if given)."""
+def write_report(store: ResultStore, sweep_ref: str, out: Path | BinaryIO, *, png_dir: Path | None = None) -> Written:
+    """Write the report of sweep ``sweep_ref`` to ``out``, a file or a binary stream (and each plot to ``png_dir``)."""
     sweep = q.resolve_sweep(store, sweep_ref)
     df = sweep_frame(store, sweep.id)
     plots = [(p.stem, p.caption, p.png) for p in sweep_plots(df)]
@@ -254,7 +254,7 @@ def write_report(store: ResultStore, sweep_ref: str, out: Path, *, png_dir: Path
     slow = regressions.find(store, q.Filters(sweep=sweep.id))
     failures = failure_rows(df)
     across = releases_answer(store, q.Filters(sweep=sweep.id))
-    written = Written(out, len(plots))
+    written = Written(out if isinstance(out, Path) else None, len(plots))
     if png_dir is not None:
         png_dir.mkdir(parents=True, exist_ok=True)
         for stem, _, data in plots:
@@ -386,6 +386,10 @@ minutes per unit of speed-up gained. `tvmbench results show JOB` lists each tune
 {_RENDER_CHECK}
 </body></html>
 """
+    if not isinstance(out, Path):
+        out.write(page.encode("utf-8"))  # bytes: the page is UTF-8 whatever the stream's locale
+        out.flush()
+        return written
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, encoding="utf-8")
     return written

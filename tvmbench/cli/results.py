@@ -22,6 +22,7 @@ from tvmbench.cli.common import (
     WideOpt,
     check_range,
     console,
+    err,
     fail,
     failures_as_lines,
     note,
@@ -414,7 +415,7 @@ def results_regressions(
     tables(wide, only, tsv, as_json)
     _name_notes()
     filters = _filters(sweep, model, target, board, executor, None, None, None, None, None)
-    check_range("--lookback", lookback, 1)
+    _check_lookback(lookback, regressions.Params.min_history)
     check_range("--z", z, 0, open_low=True)
     check_range("--threshold", threshold, 0)
     params = regressions.Params(lookback=lookback, z=z, threshold=threshold)
@@ -432,6 +433,17 @@ def results_regressions(
     )
 
 
+def _check_lookback(lookback: int, needed: int) -> None:
+    """Exit 2 unless --lookback can hold the ``needed`` earlier results that a verdict takes."""
+    # A window smaller than a verdict needs judged nothing at all, and said only "not judged" per row.
+    if lookback < needed:
+        fail(
+            f"--lookback {lookback}: must be at least {needed} (a result is judged against at least {needed} "
+            "earlier ones; fewer judge nothing)",
+            code=2,
+        )
+
+
 @app.command("history")
 def results_history(
     job: Annotated[str, typer.Argument(help="Job key (or a unique prefix): one configuration.")],
@@ -447,7 +459,7 @@ def results_history(
     from tvmbench.answers import regressions
 
     tables(wide, only, tsv, as_json)
-    check_range("--lookback", lookback, 1)
+    _check_lookback(lookback, regressions.Params.min_history)
     with failures_as_lines():
         data = regressions.history(
             open_store(db, read_only=True), job, method=method, params=regressions.Params(lookback=lookback)
@@ -470,7 +482,10 @@ def results_history(
 
 def report_cmd(
     sweep: Annotated[str, typer.Argument(help="Sweep id, id prefix or label.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="HTML file to write.")] = Path("report.html"),
+    # A string, not a Path: Path("./-") is Path("-"), and `-o ./-` must still name a file called "-".
+    output: Annotated[
+        str, typer.Option("-o", "--output", metavar="FILE", help="HTML file to write; - writes it to stdout.")
+    ] = "report.html",
     png: Annotated[Path | None, typer.Option("--png", help="Also write each plot as a PNG into this folder.")] = None,
     db: DbOpt = None,
 ) -> None:
@@ -478,14 +493,23 @@ def report_cmd(
     from tvmbench.answers import html_report
 
     _name_notes()
-    if output.is_dir():
-        fail(f"-o {output} is a directory: give a file path such as {output / 'report.html'}", code=2)
+    to_stdout = output == "-"  # the Unix convention: `report S -o - | gzip > r.html.gz`
+    path = Path(output)
+    if not to_stdout and path.is_dir():
+        fail(f"-o {output} is a directory: give a file path such as {path / 'report.html'}", code=2)
     if png is not None and png.exists() and not png.is_dir():
         fail(f"--png {png} is a file, not a folder: give a folder for the PNGs (made if missing)", code=2)
+    if to_stdout:
+        sys.stdout.flush()  # nothing the text stream holds may land after (or inside) the page's bytes
+    target = sys.stdout.buffer if to_stdout else path
     try:
         with failures_as_lines():
-            written = html_report.write_report(open_store(db, read_only=True), sweep, output, png_dir=png)
+            written = html_report.write_report(open_store(db, read_only=True), sweep, target, png_dir=png)
     except OSError as exc:  # a full disk, a read-only folder, /dev/full: one line, not a traceback
+        if to_stdout and exc.filename is None:
+            raise  # stdout itself: a reader gone (| head) or a full disk is the entry point's (cli/main.py)
         fail(f"cannot write the report to {exc.filename or output}: {exc.strerror or exc}")
-    said = f"report {written.html} ({written.plots} plot(s))" + (f", PNGs in {png}" if png else "")
-    console.print(said, soft_wrap=not console.is_terminal)  # long paths: one line in a pipe
+    where = "to stdout" if written.html is None else str(written.html)
+    said = f"report {where} ({written.plots} plot(s))" + (f", PNGs in {png}" if png else "")
+    said_to = err if to_stdout else console  # with -o - stdout carries the page alone: the summary to stderr
+    said_to.print(said, soft_wrap=not said_to.is_terminal)  # long paths: one line in a pipe
