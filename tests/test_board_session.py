@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from orchestrator.farm import LocalFarm
+from orchestrator.farm.local import _board_log_name
 from orchestrator.plan import plan_jobs
 from orchestrator.spec import parse_spec
+from workers import board_state
 from workers.executors.registry import build_job, measure_job
 from workers.executors.requests import BuildRequest, MeasureRequest
 from workers.onnx_model import seeded_inputs
@@ -40,6 +42,21 @@ def test_ok_run_checks_outputs_and_keeps_every_sample(built, local_farm: LocalFa
     assert run.board_id.startswith(f"host@127.0.0.1:{local_farm.boards[0].port}")
     assert run.board_facts["arch"] and run.board_facts["tvm_version"] == "0.27.0.post1"
     assert run.load_avg_1m is not None
+    # Timed on every core: TVM's own default (half the logical CPUs on x86-64) ran one thread of two here.
+    assert run.board_facts["runtime_threads"] == board_state.physical_cores()
+    assert run.board_facts["runtime_threads_from"] == "cores"
+
+
+def test_a_session_runs_tvm_on_one_thread_per_core(local_farm: LocalFarm) -> None:
+    session = request_session(local_farm.tracker, "host", deadline_s=60, session_timeout_s=30)
+    try:
+        threads = session.remote.get_function("runtime.NumThreads")()
+    finally:
+        del session
+    assert threads == board_state.physical_cores()
+    board = local_farm.boards[0]
+    log = Path(local_farm.log_dir) / _board_log_name(board.key, board.port)
+    assert f"runtime_threads={threads} (cores)" in log.read_text()  # what a user reading the log sees
 
 
 def test_wrong_output_is_wrong_result_not_a_latency(built, local_farm: LocalFarm) -> None:

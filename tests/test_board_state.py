@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tvmbench.answers.report import board_state_line
 from workers import board_state
 
@@ -68,3 +70,52 @@ def test_session_memory_reads_this_process(tmp_path: Path) -> None:
     assert mem["available"] and mem["vmhwm_kb"] >= mem["vmrss_kb"] > 0
     missing = board_state.session_memory(str(tmp_path / "no-status"))
     assert missing["available"] is False and "not readable" in missing["reason"]
+
+
+# --- TVM's runtime threads: one per physical core ------------------------------------------------------
+
+
+def _topology(root: Path, siblings: dict[int, str]) -> str:
+    for cpu, listed in siblings.items():
+        topo = root / f"cpu{cpu}" / "topology"
+        topo.mkdir(parents=True)
+        (topo / "thread_siblings_list").write_text(listed + "\n")
+    return str(root)
+
+
+def test_physical_cores_counts_hyperthread_siblings_once(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(board_state.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    smt = _topology(tmp_path / "smt", {0: "0,2", 1: "1,3", 2: "0,2", 3: "1,3"})
+    assert board_state.physical_cores(smt) == 2
+    # No hyper-threads (a cloud VM like this CI machine): every CPU is a core. TVM's own default halves it.
+    assert board_state.physical_cores(_topology(tmp_path / "vm", {c: str(c) for c in range(4)})) == 4
+    # Only the CPUs this process may use count (taskset, a cgroup's cpuset), and no sysfs at all is fine.
+    monkeypatch.setattr(board_state.os, "sched_getaffinity", lambda pid: {1, 3})
+    assert board_state.physical_cores(smt) == 1
+    assert board_state.physical_cores(str(tmp_path / "absent")) == 2
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, {"threads": 3, "source": "cores"}),
+        ({"TVM_NUM_THREADS": "1"}, {"threads": 1, "source": "TVM_NUM_THREADS"}),
+        ({"OMP_NUM_THREADS": "2"}, {"threads": 2, "source": "OMP_NUM_THREADS"}),
+        ({"TVM_NUM_THREADS": "5", "OMP_NUM_THREADS": "2"}, {"threads": 5, "source": "TVM_NUM_THREADS"}),
+        # TVM reads garbage as 0 and then runs one thread: the cores are counted and the variable replaced.
+        ({"TVM_NUM_THREADS": "lots"}, {"threads": 3, "source": "cores"}),
+        ({"TVM_NUM_THREADS": " "}, {"threads": 3, "source": "cores"}),
+    ],
+)
+def test_use_every_core_respects_a_count_the_environment_names(
+    tmp_path: Path, monkeypatch, env: dict[str, str], expected: dict
+) -> None:
+    for name in board_state.THREADS_ENV:  # set first, so that monkeypatch restores what use_every_core sets
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(board_state.os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    assert board_state.use_every_core(str(tmp_path)) == expected
+    if expected["source"] == "cores":  # what TVM's runtime reads first now says so
+        assert board_state.os.environ["TVM_NUM_THREADS"] == "3"

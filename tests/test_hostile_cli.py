@@ -536,14 +536,15 @@ def test_output_to_a_full_disk_is_one_line_and_a_gone_reader_is_quiet(home: Path
             done = subprocess.run([TVMBENCH, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
         assert done.returncode == 1, done.stderr
         assert done.stderr.strip() == "error: could not write the output: No space left on device", done.stderr
-        # A reader that is gone before the first write (`| head` that has read enough): no traceback either.
+        # A reader that is gone before the first write (`| head` that has read enough): quiet, exit 0, as
+        # `cat` and `ls` end when nobody reads them (tests/test_hostile7_cli.py has the reasoning).
         read_end, write_end = os.pipe()
         os.close(read_end)
         try:
             done = subprocess.run([TVMBENCH, *args], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
         finally:
             os.close(write_end)
-        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+        assert done.returncode == 0 and done.stderr == "", done.stderr
 
 
 def test_a_file_where_tvmbench_keeps_a_folder_is_one_line(tmp_path: Path, home: Path) -> None:

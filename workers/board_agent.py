@@ -42,7 +42,7 @@ try:  # run as a script from its folder (on a board), or imported as part of the
 except ImportError:
     from workers import board_state
 
-AGENT_VERSION = "4"  # 4: tvmbench.board_runtime
+AGENT_VERSION = "5"  # 4: tvmbench.board_runtime; 5: TVM's runtime threads = the board's cores (facts say)
 
 
 def _cpu_model() -> str:
@@ -81,8 +81,11 @@ def board_runtime() -> dict:
     return {"tvm_version": tvm.__version__, "ffi_version": ffi_version}
 
 
-def board_facts(key: str, port: int, emulated: bool) -> dict:
-    """What this board is: stored with every run measured on it."""
+def board_facts(key: str, port: int, emulated: bool, threads: dict | None = None) -> dict:
+    """What this board is: stored with every run measured on it.
+
+    ``threads``: ``board_state.use_every_core()``'s answer, how many threads TVM's runtime runs here.
+    """
     runtime = board_runtime()
     try:
         import onnxruntime
@@ -98,6 +101,8 @@ def board_facts(key: str, port: int, emulated: bool) -> dict:
         "arch": platform.machine().lower().replace("arm64", "aarch64").replace("amd64", "x86_64"),
         "cpu_model": _cpu_model(),
         "cores": os.cpu_count(),
+        "runtime_threads": (threads or {}).get("threads"),
+        "runtime_threads_from": (threads or {}).get("source"),
         "mem_total_mb": _mem_total_mb(),
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
@@ -198,11 +203,11 @@ def onnxruntime_run(path: str, number: int, repeat: int, inputs: dict) -> dict:
     return {"available": True, "version": ort.__version__, "samples_ms": samples, "outputs": encoded}
 
 
-def register_functions(key: str, port: int, emulated: bool) -> None:
+def register_functions(key: str, port: int, emulated: bool, threads: dict | None = None) -> None:
     """Register the agent's functions; RPC sessions run in forked children, which inherit them."""
     import tvm_ffi
 
-    facts = json.dumps(board_facts(key, port, emulated))
+    facts = json.dumps(board_facts(key, port, emulated, threads))
     runtime = json.dumps(board_runtime())
 
     @tvm_ffi.register_global_func("tvmbench.board_facts", override=True)
@@ -328,7 +333,9 @@ def _terminate_tree(pid: int) -> None:
         os.kill(pid, signal.SIGTERM)
 
 
-def serve(tracker: str | None, key: str, host: str, port: int, port_end: int, emulated: bool) -> None:
+def serve(
+    tracker: str | None, key: str, host: str, port: int, port_end: int, emulated: bool, threads: dict | None = None
+) -> None:
     """Run the RPC server in this process until it is killed."""
     from tvm.rpc.server import PopenRPCServerState
 
@@ -344,11 +351,12 @@ def serve(tracker: str | None, key: str, host: str, port: int, port_end: int, em
         tracker_addr = (thost, int(tport))
     # The in-process server (not `python -m tvm.exec.rpc_server`, which re-executes Python for its
     # worker) so that an interpreter started under qemu -L keeps its loader prefix.
-    register_functions(key, port, emulated)
+    register_functions(key, port, emulated, threads)
     survive_session_crashes()
     keep_looking_for_the_tracker()
     state = PopenRPCServerState(host, port, port_end, tracker_addr=tracker_addr, key=key, silent=True)
-    print(f"board agent: key={key} listening on {host}:{state.port} tracker={tracker}", flush=True)
+    runs = f" runtime_threads={threads['threads']} ({threads['source']})" if threads else ""
+    print(f"board agent: key={key} listening on {host}:{state.port} tracker={tracker}{runs}", flush=True)
     state.thread.join()
 
 
@@ -378,10 +386,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--hold", default=None, help="lock file to hold shared while this agent runs (its toolchain's, if any)"
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="threads of TVM's runtime (default: TVM_NUM_THREADS, else one per physical core this agent may use)",
+    )
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads {args.threads}: give 1 or more (TVM's runtime threads on this board)")
+        os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    threads = board_state.use_every_core()  # before TVM's thread pool starts: it reads the count once
     if args.hold:
         hold_shared(args.hold)
-    serve(args.tracker, args.key, args.host, args.port, args.port_end or args.port + 1, args.emulated)
+    serve(args.tracker, args.key, args.host, args.port, args.port_end or args.port + 1, args.emulated, threads)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,40 @@ def thermal(root: str = THERMAL_ROOT) -> dict[str, Any]:
     return {"available": True, "zones": zones}
 
 
+THREADS_ENV = ("TVM_NUM_THREADS", "OMP_NUM_THREADS")  # what TVM's runtime reads, in its order
+
+
+def physical_cores(root: str = CPU_ROOT) -> int:
+    """The cores this process may run on, SMT siblings counted once."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cpus = list(range(os.cpu_count() or 1))
+    cores = {_read(os.path.join(root, f"cpu{cpu}", "topology", "thread_siblings_list")) or str(cpu) for cpu in cpus}
+    return max(1, len(cores))
+
+
+def use_every_core(root: str = CPU_ROOT) -> dict[str, Any]:
+    """Give TVM's runtime one thread per physical core unless the environment names a count; say which.
+
+    TVM's default is ``hardware_concurrency() / 2`` on x86-64, taking every second logical CPU for a
+    hyper-thread. Where there are no hyper-threads (most cloud VMs, this 2-vCPU machine) that is half the
+    cores: every TVM program was timed on one thread of two, and its thread pool pinned the session to
+    CPU 0, while ONNX Runtime used both. Call before the runtime's first parallel loop (it reads the
+    variable once); the RPC server's session processes inherit it.
+    """
+    for name in THREADS_ENV:
+        value = os.environ.get(name, "").strip()
+        if value:
+            try:
+                return {"threads": max(1, int(value)), "source": name}
+            except ValueError:
+                break  # TVM's atoi reads garbage as 0, then 1 thread: count the cores instead
+    threads = physical_cores(root)
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+    return {"threads": threads, "source": "cores"}
+
+
 def read_state() -> dict[str, Any]:
     """The board's state now: cpufreq per core, thermal zones, load average."""
     try:

@@ -89,6 +89,7 @@ def board_list(tracker: str, known: dict[str, Any], live: bool = True) -> list[d
                 "emulated": facts.get("emulated", board.emulated if board else None),
                 "cpu": facts.get("cpu_model"),
                 "cores": facts.get("cores"),
+                "threads": facts.get("runtime_threads"),  # TVM's runtime threads it times with
                 "mem_mb": facts.get("mem_total_mb"),
                 "os": facts.get("os"),
                 # What the board runs (its agent says), else what its key declares (a stock server).
@@ -117,6 +118,7 @@ def known_board_rows(known_boards: list[Any]) -> list[dict[str, Any]]:
                 "last_seen": board.last_seen.isoformat() if board.last_seen else None,
                 "cpu": facts.get("cpu_model"),
                 "cores": facts.get("cores"),
+                "threads": facts.get("runtime_threads"),  # TVM's runtime threads it times with
                 "mem_mb": facts.get("mem_total_mb"),
                 "os": facts.get("os"),
                 "tvm": facts.get("tvm_version"),

@@ -190,6 +190,7 @@ BOARDS = [
     Column("emulated", "emulated", "emulated", priority=4),
     Column("cpu", "cpu", "cpu", priority=2, wrap=True),
     Column("cores", "cores", "cores", priority=1, right=True),
+    Column("threads", "TVM threads", "threads", priority=4, right=True),
     Column("mem", "mem MB", "mem_mb", priority=3, right=True),
     Column("os", "os", "os", priority=6, wrap=True),
     Column("tvm", "TVM", "tvm", priority=5),
