@@ -7,9 +7,12 @@ driver sees none of it. So the fence is a named Ray actor, one per machine, that
 - a build (a job's build, a candidate build) holds it in ``build`` mode; many builds at once are fine;
 - a timing (a candidate on a host board) holds it in ``time`` mode, alone: no build, no other timing.
 
-A waiting timing blocks new builds (otherwise a busy build queue would starve the measurements). Holds
-carry a time-to-live, so a holder killed by ``sweep cancel`` (its worker gone, no release sent) cannot
-wedge the fence. Callers poll with short sleeps; an actor call costs about a millisecond.
+A waiting timing blocks new builds (otherwise a busy build queue would starve the measurements). A hold
+names the process that asked when it runs on the fence's machine (the fence lives on the driver's node),
+so a hold whose process is gone (a worker killed by ``sweep cancel``, the OOM killer, a segfault in LLVM:
+no release sent) is dropped at the next ask, not when its time-to-live runs out (30 minutes for a
+build). The time-to-live remains for a holder that lives on and never lets go. Callers poll with short
+sleeps; an actor call costs about a millisecond.
 
 The driver creates the fence for its own host (``create_fence``) because boards that share cores are
 decided relative to it (``orchestrator.scheduler.host_sharing_keys``); tasks find it by name. Without a
@@ -19,6 +22,7 @@ Ray instance or with no fence created, ``Fence(None)`` is a no-op, so ``build_jo
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import time
 import uuid
@@ -35,6 +39,21 @@ def fence_name(host: str) -> str:
     return f"tvmbench-fence:{host}"
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine runs: a zombie (dead, not yet reaped by its parent) does not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):  # no /proc (not Linux), or it ended just now
+        return os.path.exists(f"/proc/{pid}") or not os.path.isdir("/proc")
+
+
 class _HostFenceState:
     """The fence's state; a plain class so it is testable without Ray (the actor wraps it)."""
 
@@ -42,45 +61,61 @@ class _HostFenceState:
         self.builds: dict[str, float] = {}  # holder -> expiry (monotonic)
         self.timing: dict[str, float] = {}
         self.waiting_timers: dict[str, float] = {}  # holder -> when it last asked
+        self.pids: dict[str, int] = {}  # holder -> the process that asked (holds of a dead one are dropped)
         self.refused_builds = 0  # build asks refused so far: a build that waited shows here (tests)
 
     def _expire(self, now: float) -> None:
         for table in (self.builds, self.timing):
-            for holder in [h for h, exp in table.items() if exp < now]:
+            for holder in [h for h, exp in table.items() if exp < now or not self._holder_alive(h)]:
                 del table[holder]
+                self.pids.pop(holder, None)
         # A timer that stopped asking (killed) no longer blocks builds.
         for holder in [h for h, asked in self.waiting_timers.items() if now - asked > 5.0]:
             del self.waiting_timers[holder]
 
-    def try_build(self, holder: str, ttl_s: float) -> bool:
+    def _holder_alive(self, holder: str) -> bool:
+        pid = self.pids.get(holder)
+        return pid is None or process_alive(pid)
+
+    def try_build(self, holder: str, ttl_s: float, pid: int | None = None) -> bool:
+        """A build hold for ``holder`` (shared with other builds); ``pid``: the process it is for."""
         now = time.monotonic()
         self._expire(now)
         if holder in self.builds or not (self.timing or self.waiting_timers):
             self.builds[holder] = now + ttl_s
+            self._note_pid(holder, pid)
             return True
         self.refused_builds += 1
         return False
 
-    def try_time(self, holder: str, ttl_s: float) -> bool:
+    def try_time(self, holder: str, ttl_s: float, pid: int | None = None) -> bool:
+        """A timing hold for ``holder``, alone; refused, it blocks new builds for 5 s (ask again before)."""
         now = time.monotonic()
         self._expire(now)
         if not self.builds and (not self.timing or holder in self.timing):
             self.waiting_timers.pop(holder, None)
             self.timing[holder] = now + ttl_s
+            self._note_pid(holder, pid)
             return True
         self.waiting_timers[holder] = now
         return False
+
+    def _note_pid(self, holder: str, pid: int | None) -> None:
+        if pid is not None:
+            self.pids[holder] = pid
 
     def release(self, holder: str) -> None:
         self.builds.pop(holder, None)
         self.timing.pop(holder, None)
         self.waiting_timers.pop(holder, None)
+        self.pids.pop(holder, None)
 
     def reset(self) -> None:
         """Forget every hold: the driver calls it after a cancel killed the holders."""
         self.builds.clear()
         self.timing.clear()
         self.waiting_timers.clear()
+        self.pids.clear()
 
     def refused(self) -> int:
         return self.refused_builds
@@ -103,11 +138,15 @@ def create_fence(host: str | None = None) -> str:
     # granted unchecked (the fence was dead in every second sweep of a process, alive again in the third).
     if host in _FENCES and _answers(_FENCES[host]):
         return host
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
     actor = ray.remote(num_cpus=0)(_HostFenceState)
+    # On this node: it tells a dead holder by its process id, and every holder is on this machine.
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     # Kept: Ray deletes a non-detached actor once its last handle goes, name or not, and every hold was
     # then granted unchecked (builds and tuning candidates' timings were not fenced at all).
     _FENCES[host] = actor.options(
-        name=fence_name(host), namespace=NAMESPACE, get_if_exists=True, lifetime=None
+        name=fence_name(host), namespace=NAMESPACE, get_if_exists=True, lifetime=None, scheduling_strategy=here
     ).remote()
     return host
 
@@ -159,10 +198,14 @@ class Fence:
             self._actor = None
             return True
 
+    def _pid(self) -> int | None:
+        """This process' id for a hold, when it runs on the fence's machine (a pid elsewhere means nothing there)."""
+        return os.getpid() if self.host == socket.gethostname() else None
+
     def _acquire(self, method: str, holder: str, ttl_s: float, stop: Any = None) -> float:
         """Poll until the hold is granted; returns the seconds waited. ``stop()`` true abandons it."""
         started = time.monotonic()
-        while self._actor is not None and not self._call(method, holder, ttl_s):
+        while self._actor is not None and not self._call(method, holder, ttl_s, self._pid()):
             if stop is not None and stop():
                 self._call("release", holder)
                 raise RuntimeError("stopped while waiting for the host fence")
@@ -177,11 +220,12 @@ class Fence:
         """One ask, no wait: a ``"build"`` or ``"time"`` hold for ``holder`` (True: granted, or no fence).
 
         For a proxy that asks on another process' behalf (workers/toolchains/tuning.py): a waiting timer
-        must ask again within 5 s or it stops blocking builds.
+        must ask again within 5 s or it stops blocking builds, and the hold is the proxy's: it goes when the
+        proxy's process does.
         """
         if self._actor is None:
             return True
-        return bool(self._call("try_build" if kind == "build" else "try_time", holder, ttl_s))
+        return bool(self._call("try_build" if kind == "build" else "try_time", holder, ttl_s, self._pid()))
 
     def release(self, holder: str) -> None:
         """Let go of ``holder``'s hold (any kind)."""
