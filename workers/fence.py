@@ -141,7 +141,8 @@ def create_fence(host: str | None = None) -> str:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     actor = ray.remote(num_cpus=0)(_HostFenceState)
-    # On this node: it tells a dead holder by its process id, and every holder is on this machine.
+    # On this node: it tells a dead holder by its process id, which names a process only on this machine
+    # (holders elsewhere send none: ``Fence._pid``).
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     # Kept: Ray deletes a non-detached actor once its last handle goes, name or not, and every hold was
     # then granted unchecked (builds and tuning candidates' timings were not fenced at all).
