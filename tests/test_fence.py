@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.farm import wait_until
-from workers.fence import Fence, _HostFenceState, create_fence, process_alive
+from tvmbench.core.liveness import pid_alive
+from workers.fence import Fence, _HostFenceState, create_fence
 
 
 def test_the_fence_outlives_its_creator_call_and_fences(ray_local: None) -> None:
@@ -54,7 +55,7 @@ def test_a_hold_of_a_process_that_died_is_dropped_at_the_next_ask() -> None:
         assert state.try_time("timer", 60, pid=os.getpid()) is False, "a live build must hold the timing off"
         child.kill()
         # Not reaped yet, the child is a zombie: dead all the same, so the build's 30 minutes do not count.
-        wait_until(lambda: not process_alive(child.pid), 30, "the killed child to die")
+        wait_until(lambda: not pid_alive(child.pid), 30, "the killed child to die")
         assert Path(f"/proc/{child.pid}").exists(), "the child was reaped: this no longer tests a zombie"
         assert state.try_time("timer", 60, pid=os.getpid()), "the dead build still holds the fence"
         assert state.state()["builds"] == 0
@@ -68,7 +69,7 @@ def test_a_hold_of_a_process_that_died_is_dropped_at_the_next_ask() -> None:
 
 @pytest.mark.parametrize("pid", [os.getpid(), 1])
 def test_a_live_process_is_alive(pid: int) -> None:
-    assert process_alive(pid)
+    assert pid_alive(pid)
 
 
 def test_a_build_task_killed_holding_the_fence_does_not_wedge_it(ray_local: None) -> None:

@@ -29,6 +29,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from tvmbench.core.liveness import pid_alive
+
 NAMESPACE = "tvmbench"
 POLL_S = 0.02
 BUILD_TTL_S = 1800.0  # a job build of a big model can take many minutes
@@ -37,21 +39,6 @@ TIME_TTL_S = 300.0
 
 def fence_name(host: str) -> str:
     return f"tvmbench-fence:{host}"
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` of this machine runs: a zombie (dead, not yet reaped by its parent) does not."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: it exists
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] != "Z"
-    except (OSError, IndexError):  # no /proc (not Linux), or it ended just now
-        return os.path.exists(f"/proc/{pid}") or not os.path.isdir("/proc")
 
 
 class _HostFenceState:
@@ -75,7 +62,7 @@ class _HostFenceState:
 
     def _holder_alive(self, holder: str) -> bool:
         pid = self.pids.get(holder)
-        return pid is None or process_alive(pid)
+        return pid is None or pid_alive(pid)
 
     def try_build(self, holder: str, ttl_s: float, pid: int | None = None) -> bool:
         """A build hold for ``holder`` (shared with other builds); ``pid``: the process it is for."""
