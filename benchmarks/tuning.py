@@ -129,6 +129,11 @@ def figures(db: str, sweep_id: str) -> list[dict[str, Any]]:
                 "tuning_s": tuning_s,
                 "trials_run": trials,
                 "stopped_by": tuning.get("stopped_by"),
+                # The until rule's check builds: [trial, minutes, estimate ms, measured ms] each.
+                "checks": [
+                    [c.get("trial"), c.get("minutes"), c.get("estimate_ms"), c.get("measured_ms")]
+                    for c in tuning.get("checks") or []
+                ],
                 "trials_from_records": tuning.get("trials_from_records"),
                 "trials_per_s": trials / tuning_s if trials and tuning_s else None,
                 "failed": tuning.get("failed_trials"),
@@ -230,6 +235,10 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         pct = lambda v: "-" if v is None else f"{v * 100:.0f}%"  # noqa: E731
         status = "" if r["status"] == "ok" else f"  {r['status']}: {r['error']}"
         status += f"  stopped by {r['stopped_by']}" if r.get("stopped_by") else ""
+        status += "".join(
+            f"; check at trial {t} ({m:.1f} min): estimate {e:.4g}, measured {_f(ms, '.4g')} ms"
+            for t, m, e, ms in r.get("checks") or []
+        )
         print(
             f"{r['model']:18} {config:27} {_f(r['median_ms'], '.4g'):>10} {ci:>20} {_f(r['x_ort'], '.3g'):>7} "
             f"{_f(r['tuning_s'], '.0f'):>8} {_f(r['trials_run'], 'd'):>7} {_f(r['trials_from_records'], 'd'):>6} "

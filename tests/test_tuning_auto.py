@@ -129,12 +129,53 @@ def test_a_plateau_ends_it_once_its_window_is_measured(tmp_path: Path, local_far
     assert stop["to_ms"] <= stop["from_ms"] and stop["to_ms"] == t["curve"][-1][2]
 
 
-def test_until_ends_it_once_the_estimate_is_at_the_baseline(tmp_path: Path, local_farm: LocalFarm, mlp: Path) -> None:
+def test_until_ends_it_once_the_program_measures_at_the_baseline(
+    tmp_path: Path, local_farm: LocalFarm, mlp: Path
+) -> None:
     baseline = {"ms": 1e6, "source": "a baseline far above any candidate"}
     t = tuned(tmp_path, local_farm, mlp, 'max_trials = 64\nuntil = "onnxruntime"', baseline)
     assert t["stopped_by"] == "until" and t["trials_run"] == 4, t
-    assert t["stop"]["until_ms"] == 1e6 and 0 < t["stop"]["estimate_ms"] <= 1e6
+    stop = t["stop"]
+    assert stop["until_ms"] == 1e6 and 0 < stop["estimate_ms"] <= stop["estimate_target_ms"] == 1e6
     assert t["auto"]["baseline"] == baseline and t["auto"]["until_ms"] == 1e6
+    # The estimate met the target, so the program was built and timed on the farm's board before stopping.
+    (check,) = t["checks"]
+    assert check["trial"] == 4 and check["estimate_ms"] == stop["estimate_ms"] and "error" not in check, check
+    assert stop["met"] and stop["measured_ms"] == check["measured_ms"] and 0 < check["measured_ms"] <= 1e6
+    assert 0 < check["minutes"] * 60 <= t["tuning_s"] and check["seconds"] > 0
+
+
+def test_a_check_build_that_misses_goes_on_from_the_records(
+    tmp_path: Path, local_farm: LocalFarm, mlp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The board's word is the seam here (the test above times the program for real): the first check
+    # measures the program far above the baseline, so the estimate's target drops a billion-fold and the
+    # search goes on, past its first round, to the trial cap.
+    from workers.tuning import check
+
+    measured = iter([1e6 * 1e9])
+    monkeypatch.setattr(check, "time_program", lambda *_args: next(measured))
+    baseline = {"ms": 1e6, "source": "a baseline far above any candidate"}
+    t = tuned(tmp_path, local_farm, mlp, 'max_trials = 10\nuntil = "onnxruntime"', baseline)
+    assert (t["stopped_by"], t["stop"], t["trials_run"]) == ("max_trials", {"trials": 10, "max_trials": 10}, 10), t
+    (first,) = t["checks"]
+    assert first["trial"] == 4 and first["measured_ms"] == 1e15 and first["target_ms"] == 1e6, first
+    assert t["auto"]["until_ms"] == 1e6 and t["curve"][-1][0] == 10  # one curve across both searches
+
+
+def test_a_check_build_that_fails_keeps_the_estimates_stop_and_says_why(
+    tmp_path: Path, local_farm: LocalFarm, mlp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workers.tuning import check
+
+    def board_gone(*_args: Any) -> float:
+        raise RuntimeError("the board went away")
+
+    monkeypatch.setattr(check, "time_program", board_gone)
+    t = tuned(tmp_path, local_farm, mlp, 'max_trials = 64\nuntil = "onnxruntime"', {"ms": 1e6, "source": "s"})
+    assert t["stopped_by"] == "until" and t["trials_run"] == 4, t
+    assert t["stop"]["measured_ms"] is None and "the board went away" in t["stop"]["check_error"], t["stop"]
+    assert t["checks"][0]["error"] == t["stop"]["check_error"]
 
 
 def test_a_search_that_runs_out_says_exhausted(tmp_path: Path, local_farm: LocalFarm, mlp: Path) -> None:
@@ -164,8 +205,8 @@ def test_a_sweep_tunes_until_its_own_onnxruntime_median(
         assert t["auto"]["baseline"]["source"] == f"onnxruntime job {ort['job_key'][:12]} of this sweep"
         print(f"auto sweep: stopped by {t['stopped_by']} {t['stop']}, onnxruntime {ort['median_ms']:.4g} ms")
         assert t["stopped_by"] in ("until", "max_trials"), t["stop"]
-        if t["stopped_by"] == "until":
-            assert t["stop"]["estimate_ms"] <= t["auto"]["until_ms"]
+        if t["stopped_by"] == "until":  # on the board: a check build measured the program at the median
+            assert t["stop"]["met"] and t["stop"]["measured_ms"] <= t["auto"]["until_ms"], t["stop"]
         assert auto["tuning_stopped_by"] == t["stopped_by"] and auto["tuning_budget"] == 8
         assert t["search"]["workers"] == 1 and "share this machine's cores" in t["search"]["why"], t["search"]
     finally:

@@ -245,7 +245,7 @@ def write_report(store: ResultStore, sweep_ref: str, out: Path | BinaryIO, *, pn
     curves = tuning_answers.sweep_curves(store, sweep.id)
     for c in curves[: tuning_answers.MAX_REPORT_CURVES]:
         title = tuning_answers.curve_title(c)
-        draw = tuning_answers.curve_figure(c["curve"], title, c["measured_ms"], c["onnxruntime_ms"])
+        draw = tuning_answers.curve_figure(c["curve"], title, c["measured_ms"], c["onnxruntime_ms"], c["checks"])
         caption = f"Tuning curve of job {c['job_key'][:12]}: {title}" + (
             f"; stopped by {c['stop']}" if c["stop"] else ""
         )

@@ -181,7 +181,11 @@ def tuning_lines(tuning: dict[str, Any]) -> list[str]:
     stop = stop_text(tuning)
     if stop:
         lines.append(f"    stopped by {stop}")
-    for line in (warm_start_line(tuning.get("warm_start")), search_line(tuning.get("search"))):
+    for line in (
+        checks_line(tuning.get("checks")),
+        warm_start_line(tuning.get("warm_start")),
+        search_line(tuning.get("search")),
+    ):
         if line:
             lines.append(line)
     for message in (tuning.get("errors") or [])[:5]:
@@ -209,6 +213,39 @@ def auto_rules_text(auto: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _until_text(v: dict[str, Any], checks: int) -> str:
+    """The until stop: the kernel estimate against its target, and what the check builds measured."""
+    estimate = f"kernel estimate {v.get('estimate_ms', 0):.4g} ms"
+    if not checks:  # a build from before check builds, or an until rule that was inactive
+        return f"{estimate} at or below {v.get('until_ms', 0):.4g} ms"
+    builds = f"{checks} check build{'s' if checks != 1 else ''}"
+    target = v.get("estimate_target_ms", v.get("until_ms", 0))
+    if v.get("measured_ms") is None:
+        return f"{estimate} at or below {target:.4g} ms; the check build failed ({v.get('check_error', '?')})"
+    measured = f"measured {v['measured_ms']:.4g} ms"
+    if v.get("met"):
+        return f"{measured} at or below {v.get('until_ms', 0):.4g} ms ({estimate}, {builds})"
+    return f"{estimate} at or below {target:.4g} ms, but {measured}, above {v.get('until_ms', 0):.4g} ms after {builds}"
+
+
+def checks_line(checks: list[dict[str, Any]] | None) -> str | None:
+    """The until rule's check builds, one clause each: when, the estimate and what the board measured."""
+    if not checks:
+        return None
+    parts = []
+    for c in checks:
+        measured, until = c.get("measured_ms"), c.get("until_ms", 0)
+        said = (
+            f"failed ({c.get('error', '?')})"
+            if measured is None
+            else f"measured {measured:.4g} ms {'<=' if measured <= until else '>'} {until:.4g}"
+        )
+        parts.append(
+            f"trial {c.get('trial')} ({c.get('minutes', 0):.1f} min): estimate {c.get('estimate_ms', 0):.4g} ms, {said}"
+        )
+    return "    check builds (the program timed on a board): " + "; ".join(parts)
+
+
 def stop_text(tuning: dict[str, Any]) -> str | None:
     """What stopped an auto build and the values its rule compared (None: a fixed budget)."""
     rule = tuning.get("stopped_by")
@@ -216,7 +253,7 @@ def stop_text(tuning: dict[str, Any]) -> str | None:
         return None
     v = tuning.get("stop") or {}
     if rule == "until":
-        text = f"kernel estimate {v.get('estimate_ms', 0):.4g} ms at or below {v.get('until_ms', 0):.4g} ms"
+        text = _until_text(v, len(tuning.get("checks") or []))
     elif rule == "plateau":
         text = (
             f"the last {v.get('trials')} trials gained {100 * v.get('gained', 0):.3g} % "
@@ -389,7 +426,8 @@ MAX_REPORT_CURVES = 24  # curve plots one report draws; `results show` has every
 
 def sweep_curves(store: ResultStore, sweep_id: str) -> list[dict[str, Any]]:
     """The tuned jobs of a sweep that have a tuning curve, with what their plot compares it with:
-    [{job_key, model, board_key, executor, opt_level, pipeline, budget, curve, measured_ms, onnxruntime_ms}]."""
+    [{job_key, model, board_key, executor, opt_level, pipeline, budget, curve, measured_ms, onnxruntime_ms,
+    checks}]."""
     from sqlalchemy import select
 
     from db import models as m
@@ -419,7 +457,7 @@ def sweep_curves(store: ResultStore, sweep_id: str) -> list[dict[str, Any]]:
                 "job_key": key, "model": model, "board_key": board_key, "executor": executor, "opt_level": opt,
                 "pipeline": pipeline, "budget": budget, "curve": curve, "stop": stop_text(tuning or {}),
                 "measured_ms": float(median) if status == "ok" and median is not None and unit == "ms" else None,
-                "onnxruntime_ms": ort[model, board_key],
+                "onnxruntime_ms": ort[model, board_key], "checks": (tuning or {}).get("checks") or [],
             }
         )  # fmt: skip
     return out
@@ -434,10 +472,15 @@ def curve_title(row: dict[str, Any]) -> str:
 
 
 def curve_figure(
-    curve: list[list[float]], title: str, measured_ms: float | None = None, onnxruntime_ms: float | None = None
+    curve: list[list[float]],
+    title: str,
+    measured_ms: float | None = None,
+    onnxruntime_ms: float | None = None,
+    checks: list[dict[str, Any]] | None = None,
 ) -> Figure:
     """The tuning curve against trials (left) and tuning minutes (right), the build's measured median
-    dotted and ONNX Runtime's dashed when known: where the estimate ends up against what was measured."""
+    dotted and ONNX Runtime's dashed when known: where the estimate ends up against what was measured.
+    ``checks``: the until rule's check builds (provenance ``checks``), each a cross at what it measured."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
@@ -453,6 +496,10 @@ def curve_figure(
         ax.plot(xs[-1:], estimate[-1:], "o", color="#4a7ebb")
         if measured_ms is not None:
             ax.axhline(measured_ms, linestyle=":", color="#070", label=f"measured model median {measured_ms:.4g} ms")
+        timed = [c for c in checks or [] if c.get("measured_ms") is not None]
+        if timed:
+            at = [c["trial"] if xs is trials else c["minutes"] for c in timed]
+            ax.plot(at, [c["measured_ms"] for c in timed], "x", color="#c33", label="check build (measured program)")
         if onnxruntime_ms is not None:
             name = " / ".join(baseline_names())
             ax.axhline(onnxruntime_ms, linestyle="--", color="#555", label=f"{name} {onnxruntime_ms:.4g} ms")

@@ -264,7 +264,7 @@ def create_app(
         budget = tuning_answers.budget_text(tuning.get("budget"), tuning.get("stopped_by"))  # "64" or "auto"
         title = tuning_answers.curve_title({**data, "budget": budget})
         measured, ort = summary.get("measured_median_ms"), summary.get("onnxruntime_median_ms")
-        drawn = plots.png(lambda: tuning_answers.curve_figure(curve, title, measured, ort))
+        drawn = plots.png(lambda: tuning_answers.curve_figure(curve, title, measured, ort, tuning.get("checks")))
         return Response(drawn, media_type="image/png")
 
     def compare_page(request: Request) -> Response:

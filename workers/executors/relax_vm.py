@@ -374,7 +374,7 @@ def artifact_name(sha256: str) -> str:
     return f"tvmbench-{sha256[:16]}.so"
 
 
-def _load_vm(remote: Any, artifact: bytes, sha256: str, dev: Any) -> Any:
+def load_vm(remote: Any, artifact: bytes, sha256: str, dev: Any) -> Any:
     """Upload an artifact under its hash and open a Relax VM on it."""
     from tvm import relax
 
@@ -389,7 +389,7 @@ def run_golden(remote: Any, golden: GoldenModel, job: Job) -> str | None:
 
     try:
         dev = device(remote, job)
-        vm = _load_vm(remote, golden.artifact, golden.sha256, dev)
+        vm = load_vm(remote, golden.artifact, golden.sha256, dev)
         args = [tvm.runtime.tensor(golden.inputs[n], dev) for n in golden.input_names]
         outputs = _run_outputs(vm, args)
     except Exception as exc:

@@ -8,10 +8,11 @@ has just terminated it, and the tune loop aborts on a terminated task. Returning
 ends the run cleanly: MetaSchedule then joins the batches still on the boards (their records are
 stored) and terminates every task itself.
 
-The first round (one batch of every task, round robin) always runs: until then the estimate leaves
-the tasks without a time out. After it, the rules (workers/tuning/stopping.py) are asked before each
-new batch. The trial cap is MetaSchedule's own ``max_trials_global`` (it may pass it by less than one
-batch: it checks before sending a batch, not within it).
+The first round (one batch of every task without a time yet, round robin) always runs: until then the
+estimate leaves those tasks out. A task with a stored time, from the records or from this build's search
+before a check build (workers/tuning/check.py), starts from it instead. After it, the rules
+(workers/tuning/stopping.py) are asked before each new batch. The trial cap is MetaSchedule's own
+``max_trials_global`` (it may pass it by less than one batch: it checks before sending a batch, not within it).
 """
 
 from __future__ import annotations
@@ -126,19 +127,28 @@ def auto_scheduler(state: AutoState, seed: int, alpha: float = 0.2, window: int 
     class AutoScheduler(PyTaskScheduler):
         def __init__(self) -> None:
             super().__init__()
-            self.rounds = 0  # round robin first: one batch of every task
+            self.first: list[int] | None = None  # the first round: the tasks without a time, round robin
+            self.sent = 0  # of the first round
             self.history: list[list[float]] = [[] for _ in state.names]  # per task, its best after each batch
             self.rng = random.Random(seed)
 
         def next_task_id(self) -> int:
             outer = self._outer()
             n = len(outer.tasks_)
-            if self.rounds < n:
-                self.rounds += 1
-                return self.rounds - 1
-            if self.rounds == n:  # the first round is sent: wait for all of it, so that every task has a time
-                self.rounds += 1
+            if self.first is None:
+                # A task with a stored time (records, or this build's search before a check build) starts
+                # from it: a round of it would buy what the records already say.
+                best = state.best_s()
+                self.first = [i for i in range(n) if best[i] is None]
                 for i in range(n):
+                    if best[i] is not None:
+                        self.history[i].append(best[i])
+            if self.sent < len(self.first):
+                self.sent += 1
+                return self.first[self.sent - 1]
+            if self.sent == len(self.first):  # the first round is sent: wait for all of it (every task timed)
+                self.sent += 1
+                for i in self.first:
                     self._join(outer, i)
             for i in range(n):
                 self._join(outer, i, only_if_done=True)
@@ -201,7 +211,8 @@ def tune_auto(
     stored = state.stored_stop()
     if stored is not None:
         return stored
-    cap = rules.max_trials
+    # After a check build the search goes on (workers/tuning/check.py): MetaSchedule counts afresh.
+    cap = max(1, rules.max_trials - len(state.stats.trials_so_far()))
     error = None
     try:
         ms.tune_tasks(
@@ -228,13 +239,17 @@ def run_auto(
     first_trial: int,
     baseline: dict[str, Any] | None,
     shared: Any = None,
+    estimate_target_ms: float | None = None,
     **tune_options: Any,
 ) -> tuple[dict[str, Any], dict[str, int]]:
     """The stage's auto path: (the provenance's ``auto``, ``stopped_by`` and ``stop``; trials measured per task).
 
-    ``shared``: the other groups of a parallel search (``AutoState``), or None."""
+    ``shared``: the other groups of a parallel search (``AutoState``), or None. ``estimate_target_ms``:
+    the until target as a check build recalibrated it (workers/tuning/check.py), None for the target itself."""
     rules, settings = job.tuning_auto, job.tuning_settings
     target_ms, until = stopping.until_target(rules, baseline)
+    if target_ms is not None and estimate_target_ms is not None:
+        target_ms = estimate_target_ms
     names = [i.name for i in infos]
     weights_by_name = {i.name: i.weight for i in infos}
     state = AutoState(rules, names, weights_by_name, stats, stored_best_s, first_trial, target_ms, shared)

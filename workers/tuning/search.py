@@ -249,8 +249,9 @@ def search(
 
             stop, measured = run_auto(
                 job, [info for info, _ in tasks], contexts, weights, stats, stored_best, from_records, env.baseline,
-                work_dir=folder, builder=builder, runner=runner, database=database, cost_model=cost_model,
-                measure_callbacks=callbacks, module_equality=settings.module_equality, shared=shared,
+                estimate_target_ms=env.estimate_target_ms, work_dir=folder, builder=builder, runner=runner,
+                database=database, cost_model=cost_model, measure_callbacks=callbacks,
+                module_equality=settings.module_equality, shared=shared,
             )  # fmt: skip
         for (info, _), ctx, weight in [] if auto else zip(tasks, contexts, weights, strict=True):
             before = done["n"]

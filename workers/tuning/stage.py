@@ -17,9 +17,11 @@ the tuning curve, ``[[trial, tuning seconds, estimate ms], ...]`` per measured t
 thinned evenly), the estimate being the best-so-far sum over tasks of weight x best candidate time (see
 ``workers.tuning.stats.tuning_curve`` for exactly what it counts). An auto budget (``job.tuning_auto``)
 tunes every task in one run that stops by itself (workers/tuning/auto.py) and adds ``auto`` (its rules
-and baseline), ``stopped_by`` and ``stop`` (workers/tuning/stopping.py). A build asked for more than one
-search worker (``[tuning] search_workers``) adds ``search``: ``asked``, ``workers``, and either ``why`` it
-searched alone or ``nodes`` and its ``groups`` (tasks, node, trials, seconds, stop: workers/tuning/parallel.py).
+and baseline), ``stopped_by`` and ``stop`` (workers/tuning/stopping.py); one stopped by its until rule
+adds ``checks``, the check builds that timed the program on a board before the stop was taken
+(workers/tuning/check.py). A build asked for more than one search worker (``[tuning] search_workers``)
+adds ``search``: ``asked``, ``workers``, and either ``why`` it searched alone or ``nodes`` and its ``groups``
+(tasks, node, trials, seconds, stop: workers/tuning/parallel.py).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 
 from tvmbench.core.records import Job, TuningSettings
 from workers.tuning.auto import nothing_tuned
+from workers.tuning.check import program_bytes, until_checked
 from workers.tuning.stats import MAX_ERRORS, TuningStats
 from workers.tuning.tasks import allocate, extract, profile_shares, split_pipeline, tune_order
 
@@ -77,6 +80,10 @@ class TuningEnv:
     # "stopped_by", "stop"}. This build applies its records and searches no further
     # (orchestrator/scheduling/tuning_turns.py): the same rules on the same tasks would buy the same again.
     tuned_by: dict[str, Any] | None = None
+    # The target the auto budget's estimate must reach, when a check build found the program slower than
+    # the estimate and scaled the until target by what it found (workers/tuning/check.py); None: the until
+    # target itself.
+    estimate_target_ms: float | None = None
 
 
 def tuning_target(tvm_target: dict[str, Any], settings: TuningSettings) -> Any:
@@ -211,32 +218,44 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
         why = why_not_parallel(asked, env, len(todo)) if asked > 1 else None
         if asked > 1 and why is None and auto and _stored_stop(job, todo, stored_best, env.baseline):
             why = "the stored records already meet the until rule"
-        if asked > 1 and why is None:
-            # Fixed budgets split by trials; the auto budget's scheduler spends where weight x FLOPs is.
-            cost = {i.name: i.weight * i.flops if auto else float(trials[i.name]) for i in todo}
-            groups = [[(info, extracted[info.index]) for info in group] for group in split(todo, cost, asked)]
+        if asked > 1:
+            parallel = {"asked": asked, "workers": 1, "why": why}
 
-            def on_total(n: int) -> None:
-                done["n"] = from_records + n
+        def search_once(env_now: TuningEnv, best_now: dict[str, float | None]) -> Any:
+            """One search of ``todo`` (apart in groups when asked and possible) from ``best_now``."""
+            nonlocal parallel
+            if asked > 1 and why is None:
+                # Fixed budgets split by trials; the auto budget's scheduler spends where weight x FLOPs is.
+                cost = {i.name: i.weight * i.flops if auto else float(trials[i.name]) for i in todo}
+                groups = [[(info, extracted[info.index]) for info in group] for group in split(todo, cost, asked)]
+                before = done["n"]
+
+                def on_total(n: int) -> None:
+                    done["n"] = before + n
+                    reporter.report(done["n"])
+
+                searched, spread = search_apart(
+                    job, env_now, groups, target, trials=trials, stats=stats, stored_best=best_now,
+                    on_total=on_total, build_hold=build_hold,
+                )  # fmt: skip
+                parallel = {"asked": asked, **spread}
+                done["n"] = before + sum(searched.measured.values())  # the tally's last count may lag
                 reporter.report(done["n"])
+                return searched
+            return search(
+                job, env_now, [(info, extracted[info.index]) for info in todo], db=db, trials=trials, stats=stats,
+                stored_best=best_now, from_records=from_records, on_batch=on_batch, build_hold=build_hold,
+            )  # fmt: skip
 
-            searched, spread = search_apart(
-                job, env, groups, target, trials=trials, stats=stats, stored_best=stored_best,
-                on_total=on_total, build_hold=build_hold,
-            )  # fmt: skip
-            parallel = {"asked": asked, **spread}
-            done["n"] = from_records + sum(searched.measured.values())  # the tally's last count may lag
-            reporter.report(done["n"])
-        else:
-            if asked > 1:
-                parallel = {"asked": asked, "workers": 1, "why": why}
-            searched = search(
-                job, env, [(info, extracted[info.index]) for info in todo], db=db, trials=trials, stats=stats,
-                stored_best=stored_best, from_records=from_records, on_batch=on_batch, build_hold=build_hold,
-            )  # fmt: skip
-        measured, warm = searched.measured, searched.warm
+        searched = search_once(env, stored_best)
+        measured, warm = dict(searched.measured), searched.warm
         if auto and searched.stop is not None:
             stop = searched.stop
+            if stop["stopped_by"] == "until":
+                stop = until_checked(
+                    job, env, stop, stats, stored_best, search_once, measured, build_hold,
+                    export=lambda: program_bytes(job, fused, db, target, back),
+                )  # fmt: skip
     tuning_s = time.perf_counter() - started
 
     tasks, misses = [], []
