@@ -133,10 +133,10 @@ class _FakeTable:
 def test_progress_counts_trials_run_apart_from_stored_records() -> None:
     """Defect 3: a sweep ended with `built 7/5 ... trials 32/4016`: 8 trials had run, stored records were
     counted as trials, auto jobs counted at their 2000-trial cap, and parked builds were missing from the
-    total. The real sweep code sums the table (SweepRun._report_tuning, _tuning_finished) into the real
+    total. The sweep's own tally (orchestrator/scheduling/tuning_progress.py) sums the table into the real
     listener; the reporters are the real ones with the actor replaced by its class."""
     from orchestrator.scheduling.events import Progress, SweepOutcome
-    from orchestrator.scheduling.sweep import SweepRun
+    from orchestrator.scheduling.tuning_progress import TuningProgress
     from tvmbench.cli.sweep import progress_detail
     from workers.tuning.progress import ProgressReporter
 
@@ -147,16 +147,12 @@ def test_progress_counts_trials_run_apart_from_stored_records() -> None:
     tuned = {"fixed": (8, 0, 8), "fixed-twin": (8, 8, 0), "auto": (2000, 0, 4), "auto-twin": (2000, 4, 0)}
     jobs = {key: SimpleNamespace(tuning=budget) for key, (budget, _, _) in tuned.items()}
     jobs |= {key: SimpleNamespace(tuning=0) for key in ("untuned", "untuned-bytecode", "onnxruntime")}
-    sweep = SimpleNamespace(
-        _tuning_final={}, _tuning_seen={}, listener=listener,
-        by_build={key: [SimpleNamespace(job=job)] for key, job in jobs.items()},
-    )  # fmt: skip
-    sweep._report_tuning = lambda table: SweepRun._report_tuning(sweep, table)
+    tally = TuningProgress(listener)
 
     def finish(key: str, tuning: dict | None) -> None:  # what SweepRun does when a build comes back
         build = SimpleNamespace(tuning=tuning, reused_from=None)
         listener.on_build_done(jobs[key], build)
-        SweepRun._tuning_finished(sweep, key, build)
+        tally.finished(key, build, jobs[key].tuning)
 
     listener.on_start(0, 5, 7)  # the two auto builds are parked (until = "onnxruntime"): not in the 5
     for key in ("untuned", "untuned-bytecode", "onnxruntime"):
@@ -165,11 +161,11 @@ def test_progress_counts_trials_run_apart_from_stored_records() -> None:
         reporter = ProgressReporter(None, key, budget)
         reporter._actor = fake
         reporter.report(stored)  # the stage's first report: what the stored records cover
-        sweep._report_tuning(fake.actor.snapshot())
+        tally.report(fake.actor.snapshot())
         assert seen[-1]["trials_done"] <= 8 + 4, seen[-1]
         for n in range(1, measured + 1):
             reporter.report(stored + n)
-        sweep._report_tuning(fake.actor.snapshot())
+        tally.report(fake.actor.snapshot())
         finish(key, {"budget": budget, "trials_run": measured, "trials_from_records": stored})
     assert all(c.get("built", 0) <= c["to_build"] for c in seen), seen
     last = seen[-1]

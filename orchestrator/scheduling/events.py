@@ -110,7 +110,7 @@ class Progress(Listener):
         self.progress = progress or (lambda _event, _counts: None)
         self.counts: Counter = Counter()
         # Of the tuned builds that finished: what the sweep's trial sum counts for them (trials run plus
-        # trials from records: orchestrator/scheduling/sweep.py's _tuning_finished), and of that the run part.
+        # trials from records: orchestrator/scheduling/tuning_progress.py), and of that the run part.
         self._finished_counted = 0
         self._finished_run = 0
 

@@ -29,6 +29,7 @@ from orchestrator.scheduling.measurements import Boards, MeasureQueue, Quarantin
 from orchestrator.scheduling.pool import TaskLost, TaskPool
 from orchestrator.scheduling.references import References
 from orchestrator.scheduling.tasks import BuildItem, BuildResult, MeasureItem, MeasureResult
+from orchestrator.scheduling.tuning_progress import TuningProgress
 from orchestrator.scheduling.tuning_turns import TuningTurns
 from orchestrator.spec import SweepSpec
 from tvmbench.core.errors import one_line
@@ -40,7 +41,6 @@ from workers.executors.requests import MeasureRequest
 from workers.toolchains.toolchain import Toolchain
 
 CANCEL_POLL_S = 0.5  # how often a running sweep looks at its cancel flag
-TUNING_POLL_S = 1.0  # how often the trials of tuned builds are read for the progress bar
 CHEAP_S = 0.05  # a build or measurement this quick (on average) costs less than the task that carries it
 BATCH_MAX = 32
 
@@ -115,9 +115,7 @@ class SweepRun:
         self.cancelled = False
         self._cancel_polled = 0.0
         self._beat_at = time.monotonic()  # begin_sweep wrote the first heartbeat
-        self._tuning_polled = 0.0
-        self._tuning_seen: dict[str, tuple[int, int]] = {}
-        self._tuning_final: dict[str, tuple[int, int]] = {}  # build key -> (trials, budget) of finished builds
+        self.tuning_progress = TuningProgress(listener)
         self._lowerings: dict[str, str | None] = {}  # build key -> Executor.shared_lowering of its job
 
     def run(self, jobs: list[Job]) -> None:
@@ -151,7 +149,7 @@ class SweepRun:
                 continue
             done = self.pool.wait(list(self.in_flight), CANCEL_POLL_S)
             if not done:
-                self._poll_tuning()
+                self.tuning_progress.poll(self.pool)
                 continue
             with self.store.batch():  # one commit for everything this pass stores
                 for handle in done:
@@ -312,7 +310,7 @@ class SweepRun:
             done += self.queue.finished(build_key, build, data)
         for build_key, build in done:
             self.listener.on_build_done(self.by_build[build_key][0].job, build)
-            self._tuning_finished(build_key, build)
+            self.tuning_progress.finished(build_key, build, self.by_build[build_key][0].job.tuning)
             self.turns.tuned(build_key, build)
         for build_key, _ in done:
             self._enqueue(build_key)
@@ -442,35 +440,6 @@ class SweepRun:
         )
 
     # --- the driver's pulse -----------------------------------------------------------------------
-
-    def _poll_tuning(self) -> None:
-        """Trials done / budget of the tuned builds in flight, to the listeners (about once a second)."""
-        now = time.monotonic()
-        if now - self._tuning_polled < TUNING_POLL_S:
-            return
-        self._tuning_polled = now
-        table = self.pool.tuning_progress()
-        if table is not None:
-            self._report_tuning(table)
-
-    def _report_tuning(self, table: dict[str, tuple[int, int]]) -> None:
-        """Trials done / budget summed over ``table`` to the listeners, when it changed; a finished build counts
-        as its provenance says, not as a report that came late."""
-        table = {**table, **self._tuning_final}
-        if table == self._tuning_seen:
-            return
-        self._tuning_seen = table
-        self.listener.on_tuning(sum(d for d, _ in table.values()), sum(b for _, b in table.values()))
-
-    def _tuning_finished(self, build_key: str, build: Build) -> None:
-        """A tuned build's final trials to the listeners: its last report to the progress table is fire and
-        forget, and may land after the last poll (the table and the builds use the same build key)."""
-        tuning, budget = build.tuning or {}, self.by_build[build_key][0].job.tuning
-        if not budget or "trials_run" not in tuning:
-            return
-        done = int(tuning["trials_run"]) + int(tuning.get("trials_from_records") or 0)
-        self._tuning_final[build_key] = (done, budget)
-        self._report_tuning(self._tuning_seen)
 
     def _heartbeat(self) -> None:
         """Tell readers this driver is alive (core/liveness.py), at most every HEARTBEAT_S: one UPDATE."""

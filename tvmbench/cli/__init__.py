@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from tvmbench.cli import common, db, farm, results, serve, sweep, targets, toolchains, tuning
+from tvmbench.cli import common, db, farm, report, results, serve, sweep, targets, toolchains, tuning
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -31,7 +31,7 @@ app.add_typer(targets.app, name="targets")
 app.add_typer(db.app, name="db")
 app.add_typer(tuning.app, name="tuning")
 app.add_typer(toolchains.app, name="toolchains")
-app.command("report")(results.report_cmd)
+app.command("report")(report.report_cmd)
 app.command("serve")(serve.serve)
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""`tvmbench results ...` (and `tvmbench report`): rows, one job in full, and the answers (tvmbench/answers/)."""
+"""`tvmbench results ...`: rows, one job in full, and the answers (tvmbench/answers/)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -22,7 +21,6 @@ from tvmbench.cli.common import (
     WideOpt,
     check_range,
     console,
-    err,
     fail,
     failures_as_lines,
     note,
@@ -41,7 +39,7 @@ app = typer.Typer(no_args_is_help=True, help="Query the results database.")
 TABLE_ROWS = 200  # rows a terminal table shows unless --limit says otherwise (--tsv, --json: every row)
 
 
-def _name_notes() -> None:
+def name_notes() -> None:
     """Have a sweep *name* that several sweeps share say, on stderr, which one it stood for (the newest)
     and the others' ids: picking one silently answered about a run the user may not have meant."""
     from tvmbench.answers import overview
@@ -72,7 +70,7 @@ def results_list(
     from tvmbench.answers import query
 
     tables(wide, only, tsv, as_json)
-    _name_notes()
+    name_notes()
     if limit is not None:
         check_range("--limit", limit, 1)
     table_only = not (as_json or tsv)
@@ -139,7 +137,7 @@ def results_show(
     from tvmbench.answers import why
 
     tables(wide, only, tsv, as_json)
-    _name_notes()  # --sweep or --diff-sweep NAME that several sweeps share: which one, as `results list` says
+    name_notes()  # --sweep or --diff-sweep NAME that several sweeps share: which one, as `results list` says
     check_range("--top", top, 0)
     with failures_as_lines():  # unknown jobs or sweeps: one line, exit 2
         shown = why.explain_job(open_store(db, read_only=True), job, sweep, diff, diff_sweep)
@@ -247,7 +245,7 @@ def results_query(
         other = "--json" if as_json else "--tsv"
         fail(f"--csv and {other} are two formats for one output: choose one", code=2)
     tables(wide, only, tsv, as_json)
-    _name_notes()
+    name_notes()
     if max_memory_mb is not None and not 0 < max_memory_mb < math.inf:  # nan, inf and 1e400 too
         fail(f"--max-memory-mb {max_memory_mb:g}: give the board's memory in MB, e.g. --max-memory-mb 512", code=2)
     filters = _filters(sweep, model, target, board, executor, opt_level, pipeline, status, since, until)
@@ -307,7 +305,7 @@ def results_best(
     from tvmbench.answers import ranking
 
     tables(wide, only, tsv, as_json)
-    _name_notes()
+    name_notes()
     filters = _filters(sweep, model, target, board, executor, None, pipeline, None, None, None)
     with failures_as_lines():
         check_range("--confidence", confidence, 0, 1, open_low=True)
@@ -339,7 +337,7 @@ def results_compare(
     from tvmbench.answers import compare
 
     tables(wide, only, tsv, as_json)
-    _name_notes()
+    name_notes()
     with failures_as_lines():
         check_range("--threshold", threshold, 0)
         check_range("--alpha", alpha, 0, 1, open_low=True)
@@ -375,7 +373,7 @@ def results_releases(
     from tvmbench.answers import releases
 
     tables(wide, only, tsv, as_json)
-    _name_notes()
+    name_notes()
     filters = _filters(sweep, model, target, board, executor, None, None, None, None, None)
     with failures_as_lines():
         check_range("--threshold", threshold, 0)
@@ -413,7 +411,7 @@ def results_regressions(
     from tvmbench.answers import regressions
 
     tables(wide, only, tsv, as_json)
-    _name_notes()
+    name_notes()
     filters = _filters(sweep, model, target, board, executor, None, None, None, None, None)
     _check_lookback(lookback, regressions.Params.min_history)
     check_range("--z", z, 0, open_low=True)
@@ -478,38 +476,3 @@ def results_history(
     for p in data["points"]:  # where the release changed: a step after it may be the release's
         if p["release_boundary"]:
             console.print(f"release boundary at sweep {p['sweep_id'][:12]}: {p['release_boundary']}", highlight=False)
-
-
-def report_cmd(
-    sweep: Annotated[str, typer.Argument(help="Sweep id, id prefix or label.")],
-    # A string, not a Path: Path("./-") is Path("-"), and `-o ./-` must still name a file called "-".
-    output: Annotated[
-        str, typer.Option("-o", "--output", metavar="FILE", help="HTML file to write; - writes it to stdout.")
-    ] = "report.html",
-    png: Annotated[Path | None, typer.Option("--png", help="Also write each plot as a PNG into this folder.")] = None,
-    db: DbOpt = None,
-) -> None:
-    """One self-contained HTML report of a sweep: latency plots, ranking, regressions, failures."""
-    from tvmbench.answers import html_report
-
-    _name_notes()
-    to_stdout = output == "-"  # the Unix convention: `report S -o - | gzip > r.html.gz`
-    path = Path(output)
-    if not to_stdout and path.is_dir():
-        fail(f"-o {output} is a directory: give a file path such as {path / 'report.html'}", code=2)
-    if png is not None and png.exists() and not png.is_dir():
-        fail(f"--png {png} is a file, not a folder: give a folder for the PNGs (made if missing)", code=2)
-    if to_stdout:
-        sys.stdout.flush()  # nothing the text stream holds may land after (or inside) the page's bytes
-    target = sys.stdout.buffer if to_stdout else path
-    try:
-        with failures_as_lines():
-            written = html_report.write_report(open_store(db, read_only=True), sweep, target, png_dir=png)
-    except OSError as exc:  # a full disk, a read-only folder, /dev/full: one line, not a traceback
-        if to_stdout and exc.filename is None:
-            raise  # stdout itself: a reader gone (| head) or a full disk is the entry point's (cli/main.py)
-        fail(f"cannot write the report to {exc.filename or output}: {exc.strerror or exc}")
-    where = "to stdout" if written.html is None else str(written.html)
-    said = f"report {where} ({written.plots} plot(s))" + (f", PNGs in {png}" if png else "")
-    said_to = err if to_stdout else console  # with -o - stdout carries the page alone: the summary to stderr
-    said_to.print(said, soft_wrap=not said_to.is_terminal)  # long paths: one line in a pipe

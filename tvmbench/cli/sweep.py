@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from db.urls import as_url, password_in, shown_url
+from tvmbench.cli import plan_notes
 from tvmbench.cli.common import (
     MAX_BOARDS,
     NOT_FOUND,
@@ -86,119 +87,25 @@ def sweep_plan(
     tables(wide, only, tsv, as_json)
     spec = load(path, label)
     store = open_store(db, read_only=True)  # no database yet: nothing is cached, none is created
-    call(_stored_name, store, spec)
-    needs = call(_toolchain_needs, spec)
+    call(plan_notes.stored_name, store, spec)
+    needs = call(plan_notes.toolchain_needs, spec)
     rows = call(plan.plan_rows, spec, store, needs)  # two jobs of one key: SpecError, one line
-    default = _default_target_note(spec)
+    default = plan_notes.default_target_note(spec)
     jobs = {job.key: job for job in plan.plan_jobs(spec)}
     tasks_of: dict = {}  # one extraction per program, however many budgets and VM modes tune it
     for row in rows:
         if row.get("tuning") and not row["built"]:
-            row["tuning_plan"] = _tuning_plan(store, spec, jobs[row["job_key"]], list(jobs.values()), tasks_of)
+            job = jobs[row["job_key"]]
+            row["tuning_plan"] = plan_notes.tuning_plan(store, spec, job, list(jobs.values()), tasks_of)
     if as_json:
         extra = {"toolchains": [n.row() for n in needs]} if spec.toolchains else {}
         print_json({"sweep_id": spec.sweep_id, "jobs": rows, **extra, **({"note": default} if default else {})})
         return
     report.plan_table(console, spec.sweep_id, rows)
-    for line in _toolchain_lines(needs, rows):
+    for line in plan_notes.toolchain_lines(needs, rows):
         console.print(line, highlight=False, soft_wrap=not console.is_terminal)
     if default:
         console.print(default, highlight=False, soft_wrap=not console.is_terminal)
-
-
-def _toolchain_needs(spec: SweepSpec) -> list:
-    """The tvm axis' toolchains (orchestrator/toolchains.need): ToolchainError, one line, for a bad one."""
-    from orchestrator import toolchains
-
-    return toolchains.needs(spec.toolchains)
-
-
-def _toolchain_lines(needs: list, rows: list[dict]) -> list[str]:
-    """`sweep plan`'s lines on the toolchains of the tvm axis: which are added, which `sweep run` provisions,
-    and each one's jobs and programs to build."""
-    from orchestrator.toolchains import add_command, shown
-
-    lines = []
-    for n in needs:
-        mine = [r for r in rows if r.get("toolchain") == n.text]
-        counts = f"{len(mine)} job(s), {sum(not r['built'] for r in mine)} to build"
-        if n.toolchain is None:
-            lines.append(
-                f"toolchain {shown(n.text)} (TVM {n.tvm_version}): {counts}; missing: `sweep run` provisions it "
-                f"(or `{add_command(n.text)}`)"
-            )
-        else:
-            where = "installed" if n.toolchain.kind == "installed" else n.toolchain.python
-            lines.append(f"toolchain {shown(n.text)} (TVM {n.tvm_version}): {counts}; added ({where})")
-    return lines
-
-
-def _stored_name(store: ResultStore, spec: SweepSpec) -> str:
-    """The name the sweep's results are stored under, with a note when it is not this file's.
-
-    A sweep's id is its content's hash, which leaves out the names (of the sweep, its models, its
-    targets): a file that differs from a stored sweep only there is that sweep, whose rows keep the names
-    of the text first stored. Said here, not found out from `results list --sweep NEW-NAME` answering none.
-    """
-    stored = store.get_sweep(spec.sweep_id)
-    if stored is None or (stored.name == spec.name and stored.source == spec.source):
-        return spec.name
-    note(
-        f"this file's content is that of sweep {spec.sweep_id} ({stored.name}), stored from {stored.source_path}: "
-        "its results stay under the names written there; `--label NAME` measures this file again as a new sweep"
-    )
-    return stored.name
-
-
-def _default_target_note(spec: SweepSpec) -> str | None:
-    """What a sweep file without [[targets]] runs on, said rather than assumed."""
-    if not spec.default_target:
-        return None
-    return (
-        "no [[targets]] in the sweep file: using the preset `host` (this machine's CPU, board key `host`); "
-        'add [[targets]] preset = "..." to choose (`tvmbench targets list`)'
-    )
-
-
-def _tuning_plan(store, spec: SweepSpec, job, jobs: list, tasks_of: dict) -> dict:
-    """Tasks, trials and stored coverage of one tuned job (the front pipeline runs here: seconds); an auto
-    job's until = "onnxruntime" baseline too."""
-    from orchestrator.tuning import plan_baseline
-
-    plan = _tuning_tasks(store, spec, job, tasks_of)
-    baseline = plan_baseline(store, jobs, job, spec.sweep_id)
-    return {**plan, "budget": "auto", "baseline": baseline} if job.tuning_auto else plan
-
-
-def _tuning_tasks(store, spec: SweepSpec, job, tasks_of: dict) -> dict:
-    from orchestrator import toolchains
-    from orchestrator.tuning import once, plan_tuning, plan_tuning_in_toolchain, records_database, untuned_profile
-    from workers.build_common import tvm_versions
-
-    try:
-        model = spec.model_paths[job.model.sha256].read_bytes()
-        database = records_database(store, home(), job, tvm_versions()[0])
-        foreign = None if job.toolchain is None else toolchains.need(job.toolchain)
-        if foreign is not None and foreign.toolchain is None:
-            return {"budget": job.tuning, "error": f"toolchain {foreign.text} is not added yet", "tasks": []}
-        # The stored untuned profile is the same for every budget of a program: asked once per plan.
-        profile_key = (
-            "profile",
-            job.model.sha256,
-            repr(job.model.inputs),
-            job.target.board_key,
-            job.pipeline,
-            job.layout,
-        )
-        profile = once(tasks_of, profile_key, lambda: untuned_profile(store, job))
-        if foreign is not None and foreign.toolchain.kind != "installed":
-            # Only its own release hashes its tasks as its records are keyed: its child extracts them.
-            return plan_tuning_in_toolchain(foreign.toolchain, job, model, database, profile, tasks_of)
-        return plan_tuning(job, model, database, profile, tasks_of)
-    except Exception as exc:  # the build would fail the same way; the plan says so instead of dying
-        from tvmbench.core.errors import one_line
-
-        return {"budget": job.tuning, "error": one_line(exc), "tasks": []}
 
 
 def progress_detail(c: dict[str, int]) -> str:
@@ -237,7 +144,7 @@ def _execute(
     from tvmbench.cli.progress import progress_bar
 
     store = open_store(db)
-    name = call(_stored_name, store, spec)
+    name = call(plan_notes.stored_name, store, spec)
     try:
         # The bar closes before a failure's line is printed, so the error is the last line on the screen.
         with failures_as_lines(), progress_bar(err) as bar:
@@ -333,7 +240,7 @@ def sweep_run(
     """
     tables(wide, only, tsv, as_json)
     spec = load(path, label)
-    default = _default_target_note(spec)
+    default = plan_notes.default_target_note(spec)
     if default:
         note(default)
     _execute(spec, db, tracker, ray_address, boards, as_json, farm_resource, provision=not no_provision)
