@@ -65,12 +65,14 @@ def tuned(
     rules: str,
     baseline: dict | None = None,
     per_iter: int = 2,
+    stored: int = 0,
     **env_options: Any,
 ) -> dict[str, Any]:
     """Build the auto job of a one-job sweep with ``rules``; its Build's tuning provenance.
 
     ``env_options``: more of the TuningEnv (``database``, ``tuned_by``); a build handed ``tuned_by``
-    is checked for having searched nothing, the others for having tuned both tasks.
+    is checked for having searched nothing, the others for having tuned both tasks (``stored``: the trials
+    stored records already covered).
     """
     text = SWEEP.format(label="", model=model, executors='["vm-compiled"]', rules=rules, per_iter=per_iter)
     (job,) = plan_jobs(load_spec(write_sweep(tmp_path, text)))
@@ -90,7 +92,8 @@ def tuned(
     if env.tuned_by is not None:
         assert t["trials_run"] == 0 and t["trials_from_records"] == sum(x["trials"] for x in t["tasks"]), t
         return t
-    assert t["curve"] and sum(x["trials"] for x in t["tasks"]) == t["trials_run"] and t["trials_from_records"] == 0
+    assert t["curve"] and sum(x["trials"] for x in t["tasks"]) == t["trials_run"] + stored, t
+    assert t["trials_from_records"] == stored, t
     return t
 
 
@@ -119,6 +122,15 @@ def test_a_build_handed_a_stop_applies_the_records_and_searches_no_further(
     assert twin["trials_from_records"] == first["trials_run"] and twin["stopped_by"] == "max_minutes"
     assert twin["stop"] == {**first["stop"], "tuned_by": "f" * 64}
     assert [x["best_us"] for x in twin["tasks"]] == [x["best_us"] for x in first["tasks"]]
+
+
+def test_tasks_with_stored_records_skip_the_first_round(tmp_path: Path, local_farm: LocalFarm, mlp: Path) -> None:
+    records = {"kind": "json", "path": str(tmp_path / "records")}
+    first = tuned(tmp_path, local_farm, mlp, "max_trials = 6", database=records)
+    # Both tasks have a time from the records: the search starts with the gradient's pick, one batch of
+    # 2, where a first round would have spent 2 x 2 before any rule was asked.
+    warm = tuned(tmp_path, local_farm, mlp, "max_trials = 2", stored=first["trials_run"], database=records)
+    assert (warm["stopped_by"], warm["trials_run"]) == ("max_trials", 2), warm
 
 
 def test_a_plateau_ends_it_once_its_window_is_measured(tmp_path: Path, local_farm: LocalFarm, mlp: Path) -> None:
