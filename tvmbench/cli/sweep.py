@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from db.urls import as_url, password_in, shown_url
-from tvmbench.cli import plan_notes
 from tvmbench.cli.common import (
     MAX_BOARDS,
     NOT_FOUND,
@@ -33,6 +32,7 @@ from tvmbench.cli.common import (
     tables,
 )
 from tvmbench.cli.lazy import lazy
+from tvmbench.cli.plan_notes import default_target_note, stored_name, toolchain_lines, toolchain_needs, tuning_plan
 
 if TYPE_CHECKING:  # the orchestrator (Ray, TVM, onnx) loads inside the commands that run it
     from db.store import ResultStore
@@ -87,22 +87,22 @@ def sweep_plan(
     tables(wide, only, tsv, as_json)
     spec = load(path, label)
     store = open_store(db, read_only=True)  # no database yet: nothing is cached, none is created
-    call(plan_notes.stored_name, store, spec)
-    needs = call(plan_notes.toolchain_needs, spec)
+    call(stored_name, store, spec)
+    needs = call(toolchain_needs, spec)
     rows = call(plan.plan_rows, spec, store, needs)  # two jobs of one key: SpecError, one line
-    default = plan_notes.default_target_note(spec)
+    default = default_target_note(spec)
     jobs = {job.key: job for job in plan.plan_jobs(spec)}
     tasks_of: dict = {}  # one extraction per program, however many budgets and VM modes tune it
     for row in rows:
         if row.get("tuning") and not row["built"]:
             job = jobs[row["job_key"]]
-            row["tuning_plan"] = plan_notes.tuning_plan(store, spec, job, list(jobs.values()), tasks_of)
+            row["tuning_plan"] = tuning_plan(store, spec, job, list(jobs.values()), tasks_of)
     if as_json:
         extra = {"toolchains": [n.row() for n in needs]} if spec.toolchains else {}
         print_json({"sweep_id": spec.sweep_id, "jobs": rows, **extra, **({"note": default} if default else {})})
         return
     report.plan_table(console, spec.sweep_id, rows)
-    for line in plan_notes.toolchain_lines(needs, rows):
+    for line in toolchain_lines(needs, rows):
         console.print(line, highlight=False, soft_wrap=not console.is_terminal)
     if default:
         console.print(default, highlight=False, soft_wrap=not console.is_terminal)
@@ -144,7 +144,7 @@ def _execute(
     from tvmbench.cli.progress import progress_bar
 
     store = open_store(db)
-    name = call(plan_notes.stored_name, store, spec)
+    name = call(stored_name, store, spec)
     try:
         # The bar closes before a failure's line is printed, so the error is the last line on the screen.
         with failures_as_lines(), progress_bar(err) as bar:
@@ -240,7 +240,7 @@ def sweep_run(
     """
     tables(wide, only, tsv, as_json)
     spec = load(path, label)
-    default = plan_notes.default_target_note(spec)
+    default = default_target_note(spec)
     if default:
         note(default)
     _execute(spec, db, tracker, ray_address, boards, as_json, farm_resource, provision=not no_provision)

@@ -18,11 +18,9 @@ import hashlib
 import os
 import shutil
 import socket
-import tempfile
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,8 +38,8 @@ from workers.phases import PhaseLog
 from workers.program_index import ClaimFn, reuse_key
 from workers.reference import compare
 from workers.sampling import SamplingPlan, sample, time_evaluator_timer
-from workers.targets import target_kind
 from workers.tracker_client import Session
+from workers.vm_program import artifact_name, codegen_export, device, load_vm
 
 # --- build ------------------------------------------------------------------------------------------
 
@@ -163,22 +161,6 @@ def kernel_count(lowered: Any) -> int:
     import tvm
 
     return sum(1 for f in lowered.functions.values() if isinstance(f, tvm.tirx.PrimFunc))
-
-
-def codegen_export(job: Job, lowered: Any, target: Any) -> bytes:
-    """Relax VM codegen of the lowered module and the exported library's bytes (cross-compiled if asked)."""
-    from tvm import relax
-
-    executable = relax.build(lowered, target, relax_pipeline=None, exec_mode=job.executor.removeprefix("vm-"))
-    with tempfile.TemporaryDirectory(prefix="tvmbench-build-") as tmp:
-        lib_path = Path(tmp) / "program.so"
-        if job.target.cross_compiler:
-            from tvm.support import cc
-
-            executable.export_library(str(lib_path), fcompile=cc.cross_compiler(job.target.cross_compiler))
-        else:
-            executable.export_library(str(lib_path))
-        return lib_path.read_bytes()
 
 
 def _missing_cross_compiler(job: Job, common: dict[str, Any]) -> Build | None:
@@ -359,28 +341,6 @@ def _run_outputs(vm: Any, args: list[Any]) -> list[np.ndarray]:
     vm.set_input("main", *args)
     vm.invoke_stateful("main")
     return _outputs_to_numpy(vm.get_outputs("main"))
-
-
-def device(remote: Any, job: Job) -> Any:
-    """The remote device the job's target runs on."""
-    kind = target_kind(job.target.tvm_target)
-    if kind in ("cuda", "rocm", "vulkan", "metal", "opencl"):
-        return getattr(remote, kind)(0)
-    return remote.cpu(0)
-
-
-def artifact_name(sha256: str) -> str:
-    """The file name an artifact is uploaded under on a board."""
-    return f"tvmbench-{sha256[:16]}.so"
-
-
-def load_vm(remote: Any, artifact: bytes, sha256: str, dev: Any) -> Any:
-    """Upload an artifact under its hash and open a Relax VM on it."""
-    from tvm import relax
-
-    name = artifact_name(sha256)
-    remote.upload(bytearray(artifact), name)
-    return relax.VirtualMachine(remote.load_module(name), dev)
 
 
 def run_golden(remote: Any, golden: GoldenModel, job: Job) -> str | None:

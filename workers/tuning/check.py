@@ -67,11 +67,11 @@ def time_program(job: Job, env: Any, data: bytes, build_hold: Any = None) -> flo
 
     import tvm
 
-    from workers.executors.relax_vm import device, load_vm
     from workers.fence import Fence
     from workers.onnx_model import seeded_inputs
     from workers.sampling import time_evaluator_timer
     from workers.tracker_client import request_session
+    from workers.vm_program import device, load_vm
 
     settings = job.tuning_settings
     if env.fence_dir:
@@ -100,7 +100,7 @@ def time_program(job: Job, env: Any, data: bytes, build_hold: Any = None) -> flo
     return statistics.median(samples)
 
 
-def check_program(job: Job, env: Any, export: Any, build_hold: Any, **point: Any) -> Check:
+def check_program(job: Job, env: Any, export: Callable[[], bytes], build_hold: Any, **point: Any) -> Check:
     """Build (``export()``: the program's bytes) and time the program; a failure is a Check with its error.
 
     ``point``: the Check's trial, minutes, estimate_ms, target_ms and until_ms.
@@ -125,7 +125,7 @@ def program_bytes(job: Job, fused: Any, db: Any, target: Any, back: Any) -> byte
     import tvm
     from tvm import relax
 
-    from workers.executors.relax_vm import codegen_export
+    from workers.vm_program import codegen_export
 
     outer = tvm.transform.PassContext.current()
     with tvm.transform.PassContext(
