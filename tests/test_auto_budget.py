@@ -347,7 +347,7 @@ def test_the_state_extends_the_curve_as_tuning_curve_counts_it() -> None:
 
 
 def test_a_stop_handed_on_names_the_build_that_tuned() -> None:
-    from tvmbench.answers.tuning import stop_text
+    from tvmbench.answers.tuning_text import stop_text
 
     tuning = {"stopped_by": "max_minutes", "stop": {"minutes": 15.01, "max_minutes": 15, "tuned_by": "ab" * 32}}
     assert stop_text(tuning) == (

@@ -138,7 +138,7 @@ def test_search_workers_is_checked_and_keys_only_off_its_default(tmp_path: Path)
 
 
 def test_results_show_says_how_the_tasks_were_searched() -> None:
-    from tvmbench.answers.tuning import stop_text, tuning_lines
+    from tvmbench.answers.tuning_text import stop_text, tuning_lines
 
     base = {"budget": 64, "trials_run": 12, "trials_from_records": 0, "tuning_s": 30.0, "cost_model": "xgb"}
     groups = [

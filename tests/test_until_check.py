@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tvmbench.answers.tuning import checks_line, stop_text, tuning_lines
+from tvmbench.answers.tuning_text import checks_line, stop_text, tuning_lines
 from tvmbench.core.records import AutoBudget, Job, ModelRef, TargetSpec, TuningSettings
 from workers.tuning import check
 from workers.tuning.stage import TuningEnv

@@ -187,7 +187,7 @@ def test_a_warm_start_that_is_not_a_boolean_names_the_key(tmp_path: Path, value:
 
 
 def test_results_show_says_what_the_warm_start_did() -> None:
-    from tvmbench.answers.tuning import tuning_lines
+    from tvmbench.answers.tuning_text import tuning_lines
 
     base = {"budget": 64, "trials_run": 64, "trials_from_records": 0, "cost_model": "xgb", "database": "sql"}
     seeded = [

@@ -104,7 +104,7 @@ def tuning_plan_table(console: Console, rows: list[dict[str, Any]], shown: Rende
 
 def auto_plan_lines(console: Console, head: str, plan: dict[str, Any]) -> None:
     """An auto job's plan: its stop rules, what stored records cover, and a warning when until is inactive."""
-    from tvmbench.answers.tuning import auto_rules_text
+    from tvmbench.answers.tuning_text import auto_rules_text
 
     auto, baseline = plan["auto"], plan.get("baseline") or {}
     plateau = {"trials": auto["plateau_trials"], "gain": auto["plateau_gain"]} if auto["plateau_trials"] else None
@@ -223,7 +223,8 @@ def job_detail(console: Console, d: dict[str, Any]) -> None:
         if b.get("error"):
             console.print(f"  build error: {b['error']}", highlight=False, soft_wrap=whole)
         if b.get("tuning"):
-            from tvmbench.answers.tuning import curve_lines, print_tuning
+            from tvmbench.answers.tuning import curve_lines
+            from tvmbench.answers.tuning_text import print_tuning
 
             print_tuning(console, b["tuning"])
             for line in curve_lines(d.get("tuning_curve")):
