@@ -24,7 +24,7 @@ from typing import Any
 
 from tvmbench.core.records import AutoBudget
 from workers.tuning import stopping
-from workers.tuning.stats import TuningStats, curve_point, tuning_curve
+from workers.tuning.stats import TuningStats, best_times, curve_point, tuning_curve
 
 
 class AutoState:
@@ -57,10 +57,7 @@ class AutoState:
         new = trials[len(self._points) :]
         if not self._best or any(s is not None and task not in self._best for _, task, s in new):
             self._points = tuning_curve(trials, self.weights, self.stored_best_s, self.first_trial)
-            self._best = {t: b for t, b in self.stored_best_s.items() if b is not None}
-            for _, task, s in trials:
-                if s is not None:
-                    self._best[task] = min(s, self._best.get(task, s))
+            self._best = best_times(trials, self.stored_best_s)
             return self._points
         for seconds, task, s in new:
             if s is not None and s < self._best[task]:

@@ -141,15 +141,6 @@ def program_bytes(job: Job, fused: Any, db: Any, target: Any, back: Any) -> byte
         return codegen_export(job, lowered, target)
 
 
-def _bests(stats: Any, stored_best: dict[str, float | None]) -> dict[str, float | None]:
-    """Each task's best time (s): the stored records' or this build's trials so far, whichever is less."""
-    best = dict(stored_best)
-    for _, task, seconds in stats.trials_so_far():
-        if seconds is not None and (best.get(task) is None or seconds < best[task]):
-            best[task] = seconds
-    return best
-
-
 def until_checked(
     job: Job,
     env: Any,
@@ -171,6 +162,7 @@ def until_checked(
     from dataclasses import replace
 
     from workers.tuning import stopping
+    from workers.tuning.stats import best_times
 
     until_ms, _ = stopping.until_target(job.tuning_auto, env.baseline)
     if until_ms is None:
@@ -193,7 +185,7 @@ def until_checked(
         if check.met or check.measured_ms is None or len(checks) >= MAX_CHECKS:
             break
         target = recalibrated(until_ms, check.estimate_ms, check.measured_ms)
-        searched = search_once(replace(env, estimate_target_ms=target), _bests(stats, stored_best))
+        searched = search_once(replace(env, estimate_target_ms=target), best_times(stats.trials_so_far(), stored_best))
         # Every search's trials are in ``stats`` (a parallel search's groups' too): counted there, once.
         counted = Counter(task for _, task, _ in stats.trials_so_far())
         for name in {*measured, *searched.measured}:

@@ -131,6 +131,17 @@ def tuning_curve(
     return out
 
 
+def best_times(
+    trials: list[tuple[float, str, float | None]], stored_best_s: dict[str, float | None]
+) -> dict[str, float]:
+    """Each task's best time (s): its stored records' or its trials', whichever is less (none: left out)."""
+    best = {t: s for t, s in stored_best_s.items() if s is not None}
+    for _, task, s in trials:
+        if s is not None:
+            best[task] = min(s, best.get(task, s))
+    return best
+
+
 def curve_point(trial: int, seconds: float, best: dict[str, float], weights: dict[str, int]) -> list:
     """One point of the curve: ``[trial, seconds, estimate_ms]`` with the tasks' ``best`` times (s) so far."""
     # Summed afresh at every point: a running total would drift by float rounding.
