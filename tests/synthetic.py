@@ -40,6 +40,7 @@ class Result:
     tvm: str | None = None  # the release its build ran under (a `tvm` axis value); None: the sweep's TVM
     kernel_count: int | None = None
     layout: str | None = None  # a `layout` axis value; None: no axis
+    kernel_profile: dict[str, Any] | None = None  # the final run's, in the board agent's shape
 
     @property
     def job_key(self) -> str:
@@ -154,6 +155,7 @@ def add_sweep(
                 first_ms=r.first_ms,
                 peak_mem_mb=r.peak_mem_mb,
                 warnings=r.warnings,
+                kernel_profile=r.kernel_profile,
                 started_at=created,
                 finished_at=created,
             )

@@ -12,6 +12,7 @@ from orchestrator.scheduler import run_sweep
 from orchestrator.spec import SpecError, load_spec, parse_spec
 from tests.conftest import write_sweep
 from tvmbench.answers import query as reads
+from tvmbench.answers import why
 from workers.artifacts import ArtifactCache
 
 SWEEP = """
@@ -65,6 +66,9 @@ def test_profile_and_onnxruntime_baseline_on_agent_and_stock_server(
     assert all(k["total_ms"] >= 0 and k["calls_per_run"] >= 1 for k in profile["kernels"])
     tir_total = sum(k["total_ms"] for k in profile["kernels"])
     assert 0 < tir_total <= profile["run_ms"] * 1.5
+    # `results show` and the job page read the agent's own format: every call, slowest first, in ms.
+    shown = why.normalise_profile(profile)
+    assert len(shown) == len(profile["kernels"]) and shown[0][1] == max(k["total_ms"] for k in profile["kernels"])
 
     compiled, _ = runs[("host", "vm-compiled")]
     assert compiled["available"] is False and "vm-compiled" in compiled["reason"]

@@ -126,6 +126,40 @@ def test_kernel_profile_shapes_are_normalised() -> None:
     ]
     assert normalise_profile({"kernels": listed}) == [("mm", 2.5), ("add", 0.1)]
     assert normalise_profile("garbage") == []
+    # The board agent's own shape (workers/board_agent.profile_module): total_ms per run over all calls.
+    agent = {"available": True, "run_ms": 3.0, "kernels": [
+        {"name": "fused_conv2d_add_relu", "kind": "kernel", "calls_per_run": 2, "total_ms": 2.0},
+        {"name": "vm.builtin.alloc_storage", "kind": "builtin", "calls_per_run": 3, "total_ms": 0.25},
+    ]}  # fmt: skip
+    assert normalise_profile(agent) == [("fused_conv2d_add_relu", 2.0), ("vm.builtin.alloc_storage", 0.25)]
+
+
+def test_show_puts_each_tuned_kernel_beside_its_time_alone() -> None:
+    """A tuned build's profile: each tuned kernel in the program against calls x its best time alone."""
+    import io
+
+    from rich.console import Console
+
+    from tvmbench.answers.analysis_views import print_kernels
+    from tvmbench.answers.why import kernels_alone
+
+    tasks = [
+        {"name": "fused_conv2d_add_relu", "weight": 2, "trials": 48, "best_us": 400.0},
+        {"name": "softmax", "weight": 1, "trials": 0, "best_us": None},  # never timed: nothing to set beside
+    ]
+    alone = kernels_alone({"build": {"tuning": {"tasks": tasks}}})
+    assert alone == {"fused_conv2d_add_relu": pytest.approx(0.8)}
+    assert kernels_alone({"build": {"tuning": None}}) == {} and kernels_alone({}) == {}
+    out = io.StringIO()
+    kernels = [("fused_conv2d_add_relu", 2.0), ("vm.builtin.alloc_storage", 0.25), ("softmax", 0.1)]
+    print_kernels(Console(file=out, width=200), kernels, 10, alone)
+    text = out.getvalue()
+    assert "fused_conv2d_add_relu  (tuned alone 0.8000 ms, 2.50x in the program)" in text
+    assert "alloc_storage\n" in text and "softmax\n" in text  # untuned: no time alone to compare
+    assert "1 tuned kernel: 2.000 ms in the program" in text and "0.800 ms as the search timed" in text
+    out = io.StringIO()
+    print_kernels(Console(file=out, width=200), kernels, 10)  # an untuned build: the plain list
+    assert "tuned alone" not in out.getvalue() and "search" not in out.getvalue()
 
 
 # --- integration: a real sweep, twice -------------------------------------------------------------

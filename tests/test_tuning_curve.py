@@ -53,6 +53,15 @@ def provenance(curve: list[list[float]] | None, budget: int = 64) -> dict[str, A
     return t
 
 
+# The tuned run's per-kernel profile, as the board agent stores it: the conv 1.5 ms per run in the program
+# against 2 x 700 µs alone in the search (1.07x), the matmul 0.5 against 0.2 (2.50x).
+PROFILE = {"available": True, "repeat": 5, "run_ms": 2.2, "kernels": [
+    {"name": "fused_conv2d_relu", "kind": "kernel", "calls_per_run": 2, "total_ms": 1.5},
+    {"name": "fused_matmul", "kind": "kernel", "calls_per_run": 1, "total_ms": 0.5},
+    {"name": "vm.builtin.alloc_storage", "kind": "builtin", "calls_per_run": 3, "total_ms": 0.1},
+]}  # fmt: skip
+
+
 def made_curve(n: int = 64) -> list[list[float]]:
     """A curve of ``n`` trials over two tasks, through the stage's own function."""
     trials = []
@@ -138,7 +147,9 @@ def curve_store(store: ResultStore) -> dict[str, Any]:
     results = {
         "ort": Result(executor="onnxruntime", opt_level=0, samples=noisy(0.9, seed=1)),
         "untuned": Result(executor="vm-compiled", samples=noisy(12.0, seed=2)),
-        "tuned": Result(executor="vm-compiled", samples=noisy(1.8, seed=3), tuning=provenance(curve)),
+        "tuned": Result(
+            executor="vm-compiled", samples=noisy(1.8, seed=3), tuning=provenance(curve), kernel_profile=PROFILE
+        ),
         # Tuned before the curve was stored: its provenance has no "curve".
         "old": Result(executor="vm-bytecode", samples=noisy(2.5, seed=4), tuning=provenance(None, 32)),
     }
@@ -161,6 +172,10 @@ def test_results_show_prints_a_curve_summary_beside_the_measured_and_ort_medians
     assert trials == [1, 17, 33, 48, 64]  # first, 25/50/75 %, last
     assert f"{curve[-1][2]:.4g} ms" in line and f"({curve[-1][1] / 60:.1f} min)" in line
     assert re.search(r"measured model median 1\.\d+ ms; onnxruntime 0\.\d+ ms", out), out
+    # The profile read from the agent's shape, each tuned kernel beside calls x its best time alone.
+    assert "fused_conv2d_relu  (tuned alone 1.4000 ms, 1.07x in the program)" in out
+    assert "fused_matmul  (tuned alone 0.2000 ms, 2.50x in the program)" in out
+    assert "2 tuned kernels: 2.000 ms in the program" in out and "1.600 ms as the search timed" in out
 
 
 def test_results_show_json_has_the_whole_curve_and_its_summary(curve_store: dict) -> None:
@@ -172,6 +187,8 @@ def test_results_show_json_has_the_whole_curve_and_its_summary(curve_store: dict
     assert summary["final_estimate_ms"] == curve[-1][2]
     assert summary["measured_median_ms"] == pytest.approx(1.8, rel=0.05)
     assert summary["onnxruntime_median_ms"] == pytest.approx(0.9, rel=0.05)
+    assert shown["kernel_alone_ms"] == {"fused_conv2d_relu": 1.4, "fused_matmul": 0.2}
+    assert shown["kernel_profile"][0] == ["fused_conv2d_relu", 1.5]
 
 
 def test_a_build_without_a_curve_shows_no_curve(curve_store: dict) -> None:
@@ -219,6 +236,8 @@ def test_dashboard_job_page_plots_the_curve(curve_store: dict) -> None:
             assert "fused_conv2d_relu" in section  # the rest of the provenance, the curve's points left out
             build = page.split("<h2>Build</h2>")[1].split("<h2>")[0]
             assert "fused_conv2d_relu" not in build  # shown once, in its own section
+            kernels = page.split('id="kernels"')[1].split("</table>")[0]
+            assert "tuned alone ms" in kernels and "1.07x" in kernels and "2.5x" in kernels
             status, kind, body = get(f"{base}/job/{keys['tuned']}/curve.png")
             assert status == 200 and kind == "image/png" and body[1:4] == "PNG", (status, kind, body[:200])
             status, _, page = get(f"{base}/job/{keys['old']}")

@@ -240,13 +240,30 @@ def print_releases(console: Console, result: Releases) -> None:
     console.print(result.summary(), highlight=False, soft_wrap=True)
 
 
-def print_kernels(console: Console, kernels: list[tuple[str, float]] | None, top: int) -> None:
+def print_kernels(
+    console: Console, kernels: list[tuple[str, float]] | None, top: int, alone: dict[str, float] | None = None
+) -> None:
+    """The run's top kernels; for a tuned build, each tuned one beside its time alone (``why.kernels_alone``)."""
     if kernels is None:
         console.print("  kernel profile: not recorded for this run")
         return
+    alone = alone or {}
     total = sum(ms for _, ms in kernels) or 1.0
     console.print(f"  top {min(top, len(kernels))} of {len(kernels)} kernels by time:")
     for name, ms in kernels[:top]:
+        solo = alone.get(name)
+        beside = f"  (tuned alone {solo:.4f} ms, {ms / solo:.2f}x in the program)" if solo else ""
         console.print(
-            f"    {ms:10.4f} ms  {ms / total * 100:5.1f}%  {name}", highlight=False, soft_wrap=_piped(console)
+            f"    {ms:10.4f} ms  {ms / total * 100:5.1f}%  {name}{beside}", highlight=False, soft_wrap=_piped(console)
+        )
+    both = [(ms, alone[name]) for name, ms in kernels if alone.get(name)]
+    if both:
+        in_program, by_search = sum(ms for ms, _ in both), sum(solo for _, solo in both)
+        kernels_word = "tuned kernels" if len(both) > 1 else "tuned kernel"
+        console.print(
+            f"  {len(both)} {kernels_word}: {in_program:.3f} ms in the program (profiled, each call through a VM "
+            f"instrument), {by_search:.3f} ms as the search timed them alone and hot in cache (the tuning "
+            f"curve's estimate): {in_program / by_search:.2f}x",
+            highlight=False,
+            soft_wrap=_piped(console),
         )

@@ -19,7 +19,19 @@ if TYPE_CHECKING:
     from db.store import ResultStore
 
 _NAME_KEYS = ("name", "kernel", "func", "function", "Name")
-_TIME_KEYS = ("time_ms", "duration_ms", "ms", "mean_ms", "time_us", "duration_us", "us", "Duration (us)", "time")
+# total_ms: the board agent's (workers/board_agent.profile_module), per run over all calls of the kernel.
+_TIME_KEYS = (
+    "total_ms",
+    "time_ms",
+    "duration_ms",
+    "ms",
+    "mean_ms",
+    "time_us",
+    "duration_us",
+    "us",
+    "Duration (us)",
+    "time",
+)
 
 
 def pass_trace_diff(a: list[str], b: list[str], label_a: str = "A", label_b: str = "B") -> list[str]:
@@ -86,6 +98,22 @@ def kernel_profile(store: ResultStore, job_key: str, sweep_id: str) -> list[tupl
     return normalise_profile(profile)
 
 
+def kernels_alone(detail: dict[str, Any]) -> dict[str, float]:
+    """Each tuned task's ms per run as the search timed it alone: calls x best kernel time (tuned builds).
+
+    The program's per-kernel profile beside these says where the tuning curve's estimate (their sum) and
+    the program part: a kernel slower in the program than alone holds back more than the search saw.
+    """
+    tuning = (detail.get("build") or {}).get("tuning") or {}
+    tasks = tuning.get("tasks") if isinstance(tuning, dict) else None
+    alone = {}
+    for task in tasks or []:
+        best_us, weight = task.get("best_us"), task.get("weight") or 1
+        if isinstance(best_us, int | float) and task.get("name"):
+            alone[str(task["name"])] = float(best_us) * weight / 1e3
+    return alone
+
+
 def explain_job(
     store: ResultStore,
     job_ref: str,
@@ -95,7 +123,7 @@ def explain_job(
 ) -> dict[str, Any]:
     """`results show`: one job in full, its per-kernel profile, and with ``diff_ref`` the pass-trace diff.
 
-    Returns {"detail", "other", "kernels", "pass_diff", "pass_count", "labels"}. NoSuchJob names a job
+    Returns {"detail", "other", "kernels", "alone", "pass_diff", "pass_count", "labels"}. NoSuchJob names a job
     that is not there, QueryError a sweep (sweeps may be named by id, prefix or label).
     """
     sweep = query.resolve_sweep(store, sweep_ref).id if sweep_ref else None
@@ -123,6 +151,7 @@ def explain_job(
         "detail": detail,
         "other": other,
         "kernels": kernel_profile(store, detail["job_key"], detail["sweep_id"]),
+        "alone": kernels_alone(detail),
         "pass_diff": pass_trace_diff(trace_a, trace_b, *labels) if other else None,
         "pass_count": len(trace_a),
         "labels": labels,
@@ -136,6 +165,7 @@ def job_json(explained: dict[str, Any]) -> dict[str, Any]:
     return {
         **explained["detail"],
         "kernel_profile": explained["kernels"],
+        "kernel_alone_ms": explained["alone"] or None,
         "diff_job": other and other["job_key"],
         "pass_diff": explained["pass_diff"],
         "diff_labels": list(explained["labels"]) if other else None,

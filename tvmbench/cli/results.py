@@ -147,7 +147,7 @@ def results_show(
         print_json(why.job_json(shown))
         return
     report.job_detail(console, detail)
-    analysis_views.print_kernels(console, kernels, top)
+    analysis_views.print_kernels(console, kernels, top, shown["alone"])
     if other is not None:
         console.print(Text.assemble(("pass trace diff", "bold"), f" {label_a} -> {label_b}:"), highlight=False)
         if not pass_diff:

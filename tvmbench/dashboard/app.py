@@ -376,6 +376,7 @@ JOB_SECTIONS = frozenset(
         "pipeline", "status", "unit", "median_ms", "std_ms", "samples", "median", "flash_bytes", "ram_bytes",
         "max_abs_err", "emulated", "equivalent_to", "fingerprint", "compile_s", "kernel_count", "pass_count",
         "error", "config", "build", "runs", "same_program_as", "kernel_profile", "diff_job", "pass_diff",
+        "kernel_alone_ms",
         "diff_labels", "tuning", "memory", "board_state", "tuning_curve",
     }
 )  # fmt: skip
