@@ -71,6 +71,19 @@ def test_time_and_trial_caps_and_which_rule_is_named_first() -> None:
     assert stop is not None and stop.rule == "until"
 
 
+def test_the_time_rule_also_cuts_the_candidate_builds_in_flight_after_the_first_round() -> None:
+    """The builders' ``stop``: true once ``max_minutes`` has passed and every task has a time."""
+    assert not stopping.time_is_up(RULES, elapsed_s=899.0, complete=True)
+    assert stopping.time_is_up(RULES, elapsed_s=900.0, complete=True)
+    assert not stopping.time_is_up(RULES, elapsed_s=1e6, complete=False)  # the first round is never cut
+    stats = TuningStats()
+    state = AutoState(RULES, ["conv"], {"conv": 1}, stats, {"conv": None}, 0, None)
+    stats.started -= 901.0  # the search began 15 minutes ago
+    assert not state.time_is_up()  # no time for the conv yet
+    stats.record_batch("conv", [None], [1e-3])
+    assert state.time_is_up()
+
+
 def test_a_search_that_ended_by_itself_says_why() -> None:
     kept = stopping.Stop("plateau", {"gained": 0.0})
     assert stopping.ended(RULES, kept, 12) is kept
@@ -354,3 +367,17 @@ def test_a_stop_handed_on_names_the_build_that_tuned() -> None:
         "max_minutes: 15.01 min of tuning, at most 15; by build abababababab of the same workloads and rules, "
         "whose records it applied"
     )
+
+
+def test_run_auto_hands_its_builder_the_time_rule() -> None:
+    """The stage's auto path wires ``AutoState.time_is_up`` into the builder it searches with."""
+    from types import SimpleNamespace
+
+    from tvmbench.core.records import TuningSettings
+    from workers.tuning.auto import run_auto
+
+    builder = SimpleNamespace(stop=None)
+    job = SimpleNamespace(tuning_auto=RULES, tuning_settings=TuningSettings())
+    provenance, measured = run_auto(job, [], [], [], TuningStats(), {}, 0, None, builder=builder)
+    assert builder.stop is not None and builder.stop.__self__.rules is RULES and builder.stop() is False
+    assert provenance["stopped_by"] in stopping.STOP_REASONS and measured == {}

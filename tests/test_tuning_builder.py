@@ -7,6 +7,7 @@ go of (the task is killed before its own release; its hold kept every timing on 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -52,6 +53,37 @@ def test_a_candidate_past_its_timeout_is_a_failed_trial_and_its_fence_hold_is_le
     assert errors[1] is not None and errors[1].startswith("build-timeout"), errors
     assert builder.stats.failed == {"build-timeout": 1}
     assert fence.state() == {"builds": 0, "timing": 0, "waiting_timers": 0}, "the cancelled build's hold was kept"
+
+
+def test_a_stop_cuts_the_batch_in_flight_and_lets_go_of_its_fence_holds(ray_local: None, tmp_path: Path) -> None:
+    """The auto budget's time rule (``stop``) ends a batch whose last compile would run for its whole timeout."""
+    host = create_fence()
+    fence = Fence(host)
+    done = tmp_path / "built"
+    done.mkdir()
+
+    def hang_or_build(mod_json: str, _target: str, _cross: Any, fence_host: str | None, holder: str | None) -> bytes:
+        import time
+        import uuid
+
+        from workers.fence import local_fence
+
+        with local_fence(fence_host).building(holder=holder):
+            while "tvmbench_test_hang" in mod_json:
+                time.sleep(1)
+            (done / uuid.uuid4().hex).touch()
+            return b"built"
+
+    # Stopped once both quick candidates are built: only the stop can end the hung one (timeout 10 minutes).
+    builder = RayBuilder(fence_host=host, timeout_s=600, stop=lambda: len(list(done.iterdir())) >= 2)
+    builder._remote = ray.remote(num_cpus=1, max_retries=0)(hang_or_build)
+    builder._warm = True
+    results = builder.build([_candidate(False), _candidate(True), _candidate(False)])
+    errors = [r.error_msg for r in results]
+    # "stopped", not "timed out after 600s": the stop ended the batch, not the timeout.
+    assert errors[1] is not None and "candidate build stopped" in errors[1], errors
+    assert builder.stats.failed.get("build-timeout") == 1 + sum(e is not None for e in (errors[0], errors[2]))
+    assert fence.state() == {"builds": 0, "timing": 0, "waiting_timers": 0}, "the stopped build's hold was kept"
 
 
 def test_the_warm_up_is_a_build_and_waits_for_a_timing_on_the_host(ray_local: None) -> None:

@@ -101,6 +101,13 @@ class AutoState:
             self.shared.stopped(self.stop.rule, self.stop.values)
         return self.stop
 
+    def time_is_up(self) -> bool:
+        """The builders' ``stop`` (asked while a batch compiles): ``stopping.time_is_up`` on this build's clock."""
+        elapsed_s = time.perf_counter() - self.stats.started
+        if elapsed_s < self.rules.max_minutes * 60.0:
+            return False  # the cheap test first: the builder asks four times a second
+        return stopping.time_is_up(self.rules, elapsed_s=elapsed_s, complete=all(b is not None for b in self.best_s()))
+
     def stored_stop(self) -> stopping.Stop | None:
         """The until rule on the stored records alone: met already, nothing needs to be measured.
 
@@ -250,6 +257,9 @@ def run_auto(
     names = [i.name for i in infos]
     weights_by_name = {i.name: i.weight for i in infos}
     state = AutoState(rules, names, weights_by_name, stats, stored_best_s, first_trial, target_ms, shared)
+    builder = tune_options.get("builder")
+    if builder is not None and hasattr(builder, "stop"):  # a batch of slow compiles ends at max_minutes too
+        builder.stop = state.time_is_up
     stop = tune_auto(
         rules,
         contexts,

@@ -9,7 +9,9 @@ The rules, in the order they are asked (the first that holds is the one recorded
 - ``until``: the estimate is at or below a target, the baseline's median (``until = "onnxruntime"``) or a
   number of milliseconds; only once every task has a time (before, the sum leaves tasks out);
 - ``plateau``: the last ``trials`` trials gained less than ``gain`` (a fraction) of the estimate;
-- ``max_minutes``: the tuning time is up;
+- ``max_minutes``: the tuning time is up. The rules are asked between batches, so this one also cuts the
+  batch of candidate builds in flight once every task has a time (``time_is_up``, the builders' ``stop``):
+  one batch of slow compiles took light_squeezenet's 6-minute search to 9.8 minutes before it did;
 - ``max_trials``: the trial cap is reached (MetaSchedule stops sending candidates there itself).
 A search that ends before any of them (every task reached its own cap or ran out of candidates) is
 ``exhausted``; one that crashes is ``error``.
@@ -83,6 +85,12 @@ def check(
     if trials >= rules.max_trials:
         return Stop(MAX_TRIALS, {"trials": trials, "max_trials": rules.max_trials})
     return None
+
+
+def time_is_up(rules: AutoBudget, *, elapsed_s: float, complete: bool) -> bool:
+    """Whether the candidate builds in flight are cut (the builders' ``stop``): ``max_minutes`` has passed
+    and every task has a time. The first round is never cut: a task without a time has no record to apply."""
+    return complete and elapsed_s >= rules.max_minutes * 60.0
 
 
 def ended(rules: AutoBudget, stop: Stop | None, trials: int, error: str | None = None) -> Stop:
