@@ -178,8 +178,12 @@ class RayBuilder(PyBuilder):
             if ref in pending:
                 ray.cancel(ref, force=True)
                 Fence(self.fence_host).release(holder)
-                why = "stopped" if self.stop is not None and self.stop() else f"timed out after {self.timeout_s:g}s"
-                results.append(self._failed("build-timeout", f"candidate build {why}"))
+                if self.stop is not None and self.stop():  # not the candidate's fault: the search's time is up
+                    results.append(self._failed("build-stopped", "candidate build stopped"))
+                else:
+                    results.append(
+                        self._failed("build-timeout", f"candidate build timed out after {self.timeout_s:g}s")
+                    )
                 continue
             try:
                 data = ray.get(ref)
@@ -232,7 +236,7 @@ class InProcessBuilder(PyBuilder):
         results = []
         for bi in build_inputs:
             if self.stop is not None and self.stop():
-                results.append(self._failed("build-timeout", "candidate build stopped"))
+                results.append(self._failed("build-stopped", "candidate build stopped"))
                 continue
             hold = self.fence.building() if self.fence is not None else contextlib.nullcontext()
             fence_host = None if self.fence is not None else self.fence_host

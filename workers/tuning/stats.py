@@ -34,7 +34,8 @@ class TuningStats:
             self.times[what] = self.times.get(what, 0.0) + seconds
 
     def fail(self, kind: str, message: str) -> None:
-        """Count one failed trial of ``kind`` (build, build-timeout, infra, timeout, device-unavailable...)."""
+        """Count one failed trial of ``kind`` (build, build-timeout, build-stopped, infra, timeout,
+        device-unavailable...)."""
         with self._lock:
             self.failed[kind] += 1
             line = f"{kind}: {message}"
