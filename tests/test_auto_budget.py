@@ -73,9 +73,13 @@ def test_time_and_trial_caps_and_which_rule_is_named_first() -> None:
 
 def test_the_time_rule_also_cuts_the_candidate_builds_in_flight_after_the_first_round() -> None:
     """The builders' ``stop``: true once ``max_minutes`` has passed and every task has a time."""
-    assert not stopping.time_is_up(RULES, elapsed_s=899.0, complete=True)
-    assert stopping.time_is_up(RULES, elapsed_s=900.0, complete=True)
-    assert not stopping.time_is_up(RULES, elapsed_s=1e6, complete=False)  # the first round is never cut
+
+    def complete() -> bool:
+        raise AssertionError("asked before the time was up")
+
+    assert not stopping.time_is_up(RULES, elapsed_s=899.0, complete=complete)
+    assert stopping.time_is_up(RULES, elapsed_s=900.0, complete=lambda: True)
+    assert not stopping.time_is_up(RULES, elapsed_s=1e6, complete=lambda: False)  # the first round is never cut
     stats = TuningStats()
     state = AutoState(RULES, ["conv"], {"conv": 1}, stats, {"conv": None}, 0, None)
     stats.started -= 901.0  # the search began 15 minutes ago

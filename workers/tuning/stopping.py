@@ -19,6 +19,7 @@ A search that ends before any of them (every task reached its own cap or ran out
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,10 +88,11 @@ def check(
     return None
 
 
-def time_is_up(rules: AutoBudget, *, elapsed_s: float, complete: bool) -> bool:
+def time_is_up(rules: AutoBudget, *, elapsed_s: float, complete: Callable[[], bool]) -> bool:
     """Whether the candidate builds in flight are cut (the builders' ``stop``): ``max_minutes`` has passed
-    and every task has a time. The first round is never cut: a task without a time has no record to apply."""
-    return complete and elapsed_s >= rules.max_minutes * 60.0
+    and every task has a time (``complete``, asked only then: the builders ask four times a second). The
+    first round is never cut: a task without a time has no record to apply."""
+    return elapsed_s >= rules.max_minutes * 60.0 and complete()
 
 
 def ended(rules: AutoBudget, stop: Stop | None, trials: int, error: str | None = None) -> Stop:
