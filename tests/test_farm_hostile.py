@@ -181,3 +181,14 @@ def test_farm_connect_list_and_status_with_an_ipv6_tracker(tmp_path: Path, home:
     finally:
         stop_pid(tracker.pid)
         invoke("farm", "down")
+
+
+def test_free_ports_are_different_and_free_on_loopback() -> None:
+    """Several ports at once (the multinode fixture gives Ray 11): none twice, each one bindable afterwards."""
+    from orchestrator.farm import free_ports
+
+    ports = free_ports(11)
+    assert len(set(ports)) == 11, ports
+    for port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", port))

@@ -39,7 +39,7 @@ from sqlalchemy import select
 
 from db import models as m
 from db.store import ResultStore
-from orchestrator.farm import LocalFarm, free_port, wait_until
+from orchestrator.farm import LocalFarm, free_ports, wait_until
 from orchestrator.scheduler import measure_on_node
 from tests.conftest import write_sweep
 from tvmbench.answers import query as reads
@@ -129,15 +129,18 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # the job runs `tvmbench`
         "TVMBENCH_HOME": str(root / "home"),  # the head's artifact cache
     }
-    port, dash = free_port(), free_port()
+    # Every port the two nodes are given, different from each other: two free_port() calls in a row once
+    # returned the same port, and Ray refused to start ("... a port number that is used by other components").
+    ports = iter(free_ports(11))
+    port, dash = next(ports), next(ports)
     common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--block", "--disable-usage-stats"]
 
     def own_ports() -> list[str]:
         # Ray's fixed defaults (agent 52365, client server 10001...) collide with any other Ray on the
         # machine, another engineer's or this session's local one, and with the other node: pick free ones.
         return [
-            *("--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port())),
-            *("--metrics-export-port", str(free_port()), "--runtime-env-agent-port", str(free_port())),
+            *("--dashboard-agent-listen-port", str(next(ports)), "--dashboard-agent-grpc-port", str(next(ports))),
+            *("--metrics-export-port", str(next(ports)), "--runtime-env-agent-port", str(next(ports))),
         ]
 
     procs: list[subprocess.Popen] = []
@@ -151,7 +154,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
         start(
             [
                 *(str(VENV_BIN / "ray"), "start", "--head", "--port", str(port), *common, *own_ports()),
-                *("--ray-client-server-port", str(free_port())),
+                *("--ray-client-server-port", str(next(ports))),
                 *("--resources", '{"node_a": 1}', "--include-dashboard", "true", "--dashboard-host", "127.0.0.1"),
                 *("--dashboard-port", str(dash), "--temp-dir", str(root / "head")),
             ],

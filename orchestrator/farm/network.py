@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sys
 
@@ -46,6 +47,19 @@ def listen(host: str, port: int) -> socket.socket:
 
 def free_port(host: str = LOOPBACK) -> int:
     """A port that is free on ``host`` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    return free_ports(1, host)[0]
+
+
+def free_ports(n: int, host: str = LOOPBACK) -> list[int]:
+    """``n`` different ports that are free on ``host`` right now.
+
+    Each one is held until all are picked: ``free_port()`` twice in a row may return the same port (the
+    kernel hands a just-closed one out again), and Ray refuses to start when two of its ports are one.
+    """
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(n):
+            s = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind((host, 0))
+            ports.append(s.getsockname()[1])
+        return ports
