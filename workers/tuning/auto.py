@@ -72,6 +72,10 @@ class AutoState:
         self.curve()  # brings the bests up to the last trial recorded
         return [self._best.get(n) for n in self.names]
 
+    def complete(self) -> bool:
+        """Whether every task has a time (stored or measured), so the estimate covers them all."""
+        return all(b is not None for b in self.best_s())
+
     def check(self, sent: int) -> stopping.Stop | None:
         """Ask the rules (``sent``: trials measured or on the boards); the first stop sticks.
 
@@ -80,7 +84,7 @@ class AutoState:
         """
         if self.stop is not None:
             return self.stop
-        curve, complete = self.curve(), all(b is not None for b in self.best_s())
+        curve, complete = self.curve(), self.complete()
         if self.shared is not None:
             others = self.shared.exchange(float(curve[-1][2]) if curve else None, complete)
             if others["stop"] is not None:
@@ -106,7 +110,7 @@ class AutoState:
         return stopping.time_is_up(
             self.rules,
             elapsed_s=time.perf_counter() - self.stats.started,
-            complete=lambda: all(b is not None for b in self.best_s()),
+            complete=self.complete,
         )
 
     def stored_stop(self) -> stopping.Stop | None:
