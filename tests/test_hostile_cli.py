@@ -178,8 +178,8 @@ def _catches(pid: int, sig: int) -> bool:
 def test_ctrl_c_at_start_is_one_line_exit_130(tmp_path: Path, home: Path) -> None:
     onnx.save(model_zoo.tiny_mlp(), tmp_path / "m.onnx")
     targets = "".join(
-        f'[[targets]]\nname = "t{i}"\ntarget = {{ kind = "llvm" }}\nboard_key = "host"\narch = "x86_64"\n'
-        for i in range(100)
+        f'[[targets]]\nname = "t{i}"\ntarget = {{ kind = "llvm" }}\nboard_key = "host{i}"\narch = "x86_64"\n'
+        for i in range(100)  # a board key each: one target twice is refused at once, before any Ctrl-C
     )
     sweep = write_sweep(tmp_path, f'[[models]]\npath = "m.onnx"\n{targets}[axes]\nopt_level = [0, 1, 2, 3]\n')
     for _ in range(2):
