@@ -146,6 +146,10 @@ def figures(db: str, sweep_id: str) -> list[dict[str, Any]]:
                 "share_build": shares["build_s"],
                 "share_wait": shares["board_wait_s"],
                 "share_run": shares["run_s"],
+                # Per candidate built (each on one CPU): its compile, and its wait for the host fence.
+                "candidates_built": tuning.get("candidates_built"),
+                "compile_s_each": _each(tuning, "candidate_compile_s"),
+                "fence_s_each": _each(tuning, "candidate_fence_s"),
                 # The rest of the tuning thread's time: MetaSchedule's search, the cost model and the records.
                 # On fenced boards nothing of the build overlaps (workers/tuning/runner.py), so it adds up.
                 "share_search": (
@@ -163,6 +167,12 @@ def figures(db: str, sweep_id: str) -> list[dict[str, Any]]:
     return sorted(
         out, key=lambda x: (x["model"], order.get(x["executor"], 1), x["executor"], _budget_order(x["budget"]))
     )
+
+
+def _each(tuning: dict[str, Any], key: str) -> float | None:
+    """A per-candidate mean of a summed candidate figure (None before builds recorded it)."""
+    built = tuning.get("candidates_built")
+    return (tuning.get(key) or 0.0) / built if built else None
 
 
 def _budget_order(budget: int | str) -> int:
@@ -241,6 +251,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         pct = lambda v: "-" if v is None else f"{v * 100:.0f}%"  # noqa: E731
         status = "" if r["status"] == "ok" else f"  {r['status']}: {r['error']}"
         status += f"  stopped by {r['stopped_by']}" if r.get("stopped_by") else ""
+        if r.get("candidates_built"):
+            status += f"  candidates: compile {r['compile_s_each']:.2f} s, fence {r['fence_s_each']:.2f} s each"
         status += "".join(
             f"; check at trial {t} ({m:.1f} min): estimate {e:.4g}, measured {_f(ms, '.4g')} ms"
             for t, m, e, ms in r.get("checks") or []
@@ -255,7 +267,9 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         "\n/ORT: median over ONNX Runtime's on the same board (1 = as fast; < 1 faster). tune s: tuning wall "
         "seconds of that build; trials: measured in it; stored: covered by records already in the database; "
         "build/wait/run/search: share of tuning time building candidates, waiting for a board, measuring, and the "
-        "rest (MetaSchedule's search, the cost model, the records)."
+        "rest (MetaSchedule's search, the cost model, the records). candidates: a candidate's own compile "
+        "(lowering, LLVM, link) and its wait for the host fence, each on one CPU: 'build' minus these is Ray's "
+        "and the batch's overhead."
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import ray
 
 from workers.fence import Fence, create_fence
-from workers.tuning.builder import RayBuilder
+from workers.tuning.builder import BuiltCandidate, RayBuilder
 
 
 def _candidate(hang: bool) -> Any:
@@ -34,7 +34,9 @@ def test_a_candidate_past_its_timeout_is_a_failed_trial_and_its_fence_hold_is_le
     host = create_fence()  # this machine's fence, as a sweep's driver creates it
     fence = Fence(host)
 
-    def hang_or_build(mod_json: str, _target: str, _cross: Any, fence_host: str | None, holder: str | None) -> bytes:
+    def hang_or_build(
+        mod_json: str, _target: str, _cross: Any, fence_host: str | None, holder: str | None
+    ) -> BuiltCandidate:
         import time
 
         from workers.fence import local_fence
@@ -42,7 +44,7 @@ def test_a_candidate_past_its_timeout_is_a_failed_trial_and_its_fence_hold_is_le
         with local_fence(fence_host).building(holder=holder):
             while "tvmbench_test_hang" in mod_json:  # a compile that never ends, holding the fence
                 time.sleep(1)
-            return b"built"
+            return BuiltCandidate(b"built", fence_wait_s=0.0, compile_s=0.01)
 
     builder = RayBuilder(fence_host=host, timeout_s=20)  # room for a busy machine to start the good ones
     builder._remote = ray.remote(num_cpus=1, max_retries=0)(hang_or_build)
@@ -52,6 +54,7 @@ def test_a_candidate_past_its_timeout_is_a_failed_trial_and_its_fence_hold_is_le
     assert errors[0] is None and errors[2] is None, errors
     assert errors[1] is not None and errors[1].startswith("build-timeout"), errors
     assert builder.stats.failed == {"build-timeout": 1}
+    assert builder.stats.candidates_built == 2 and builder.stats.times["compile_s"] > 0  # the two that built
     assert fence.state() == {"builds": 0, "timing": 0, "waiting_timers": 0}, "the cancelled build's hold was kept"
 
 
@@ -62,7 +65,9 @@ def test_a_stop_cuts_the_batch_in_flight_and_lets_go_of_its_fence_holds(ray_loca
     done = tmp_path / "built"
     done.mkdir()
 
-    def hang_or_build(mod_json: str, _target: str, _cross: Any, fence_host: str | None, holder: str | None) -> bytes:
+    def hang_or_build(
+        mod_json: str, _target: str, _cross: Any, fence_host: str | None, holder: str | None
+    ) -> BuiltCandidate:
         import time
         import uuid
 
@@ -72,7 +77,7 @@ def test_a_stop_cuts_the_batch_in_flight_and_lets_go_of_its_fence_holds(ray_loca
             while "tvmbench_test_hang" in mod_json:
                 time.sleep(1)
             (done / uuid.uuid4().hex).touch()
-            return b"built"
+            return BuiltCandidate(b"built", fence_wait_s=0.0, compile_s=0.01)
 
     # Stopped once both quick candidates are built: only the stop can end the hung one (timeout 10 minutes).
     builder = RayBuilder(fence_host=host, timeout_s=600, stop=lambda: len(list(done.iterdir())) >= 2)

@@ -123,7 +123,8 @@ def test_provenance_says_what_tuning_did(tuned: dict[str, Any]) -> None:
     t = build.tuning
     assert set(t) == {
         "budget", "trials_run", "trials_from_records", "tasks", "failed_trials", "errors", "tuning_s",
-        "build_s", "board_wait_s", "run_s", "cost_model", "seed", "database", "warm_start", "curve",
+        "build_s", "board_wait_s", "run_s", "candidates_built", "candidate_compile_s", "candidate_fence_s",
+        "cost_model", "seed", "database", "warm_start", "curve",
     }  # fmt: skip
     assert t["warm_start"]["enabled"] and t["warm_start"]["trained_on"] == 0, "an empty store trains nothing"
     assert t["budget"] == 16 and t["trials_run"] == 16 and t["trials_from_records"] == 0
@@ -132,6 +133,10 @@ def test_provenance_says_what_tuning_did(tuned: dict[str, Any]) -> None:
     assert tuned_tasks and all(x["records_found"] and x["best_us"] > 0 for x in tuned_tasks), t["tasks"]
     assert all("conv2d" in x["name"] for x in tuned_tasks)  # the budget went where the FLOPs are
     assert t["build_s"] > 0 and t["run_s"] > 0 and t["tuning_s"] >= t["build_s"]
+    # Every candidate that became a trial was built and timed apart from its fence wait.
+    failed_builds = sum(v for k, v in t["failed_trials"].items() if k.startswith("build"))
+    assert t["candidates_built"] == 16 - failed_builds and t["candidate_compile_s"] > 0, t
+    assert t["candidate_fence_s"] >= 0
     # The records were applied inside the job's traced PassContext, and the program is another one.
     assert "MetaScheduleApplyDatabase" in build.pass_trace
     assert build.fingerprint != builds[0]["build"].fingerprint

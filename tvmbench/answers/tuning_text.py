@@ -35,6 +35,7 @@ def tuning_lines(tuning: dict[str, Any]) -> list[str]:
     if stop:
         lines.append(f"    stopped by {stop}")
     for line in (
+        candidates_line(tuning),
         checks_line(tuning.get("checks")),
         warm_start_line(tuning.get("warm_start")),
         search_line(tuning.get("search")),
@@ -44,6 +45,20 @@ def tuning_lines(tuning: dict[str, Any]) -> list[str]:
     for message in (tuning.get("errors") or [])[:5]:
         lines.append(f"    failed trial: {message}")
     return lines
+
+
+def candidates_line(tuning: dict[str, Any]) -> str | None:
+    """What building the candidates cost, apart from the batch waits: compile and fence seconds each.
+
+    None for builds stored before these were recorded (or with no candidate built)."""
+    built = tuning.get("candidates_built")
+    if not built:
+        return None
+    compile_s, fence_s = tuning.get("candidate_compile_s") or 0.0, tuning.get("candidate_fence_s") or 0.0
+    return (
+        f"    candidates: {built} built, compiling {compile_s / built:.2f} s each and waiting for the host "
+        f"fence {fence_s / built:.2f} s each (summed over CPUs: {compile_s + fence_s:.1f} s)"
+    )
 
 
 def auto_rules_text(auto: dict[str, Any]) -> str:

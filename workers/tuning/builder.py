@@ -18,6 +18,7 @@ import os
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from tvm.ir.utils import derived_object
@@ -29,10 +30,26 @@ from workers.tuning.stats import TuningStats
 ARTIFACT_NAME = "candidate.so"
 
 
+@dataclass(frozen=True)
+class BuiltCandidate:
+    """A built candidate's shared library, and where its build's seconds went."""
+
+    data: bytes
+    fence_wait_s: float  # waiting for the host fence (a board on this machine was timing)
+    compile_s: float  # lowering, LLVM and linking: the candidate's own cost
+
+
 def compile_candidate(
     mod_json: str, target_str: str, cross_compiler: str | None, fence_host: str | None, holder: str | None = None
 ) -> bytes:
-    """Build one scheduled candidate (a Ray task body): TIR module JSON -> shared-library bytes.
+    """Build one scheduled candidate: TIR module JSON -> shared-library bytes (``build_candidate``'s data)."""
+    return build_candidate(mod_json, target_str, cross_compiler, fence_host, holder).data
+
+
+def build_candidate(
+    mod_json: str, target_str: str, cross_compiler: str | None, fence_host: str | None, holder: str | None = None
+) -> BuiltCandidate:
+    """Build one scheduled candidate (a Ray task body), timing the compile apart from the fence wait.
 
     Raises on a compiler error; the builder turns that into the candidate's error message. ``holder``: the
     name of its fence hold, which the builder lets go of itself when it cancels the build.
@@ -45,7 +62,8 @@ def compile_candidate(
     from workers.tuning.preload import preload_tensor_intrin
 
     preload_tensor_intrin()  # registers the intrinsics tensorised schedules use (slow import, made fast)
-    with local_fence(fence_host).building(holder=holder):
+    with local_fence(fence_host).building(holder=holder) as hold:
+        started = time.perf_counter()
         mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(tvm.ir.load_json(mod_json))
         lib = tvm.compile(mod, target=Target(target_str))
         folder = tempfile.mkdtemp(prefix="tvmbench-cand-build-")
@@ -58,11 +76,12 @@ def compile_candidate(
             else:
                 lib.export_library(path)
             with open(path, "rb") as f:
-                return f.read()
+                data = f.read()
         finally:
             import shutil
 
             shutil.rmtree(folder, ignore_errors=True)
+        return BuiltCandidate(data, hold.waited_s, time.perf_counter() - started)
 
 
 def _artifact(data: bytes) -> BuilderResult:
@@ -72,6 +91,12 @@ def _artifact(data: bytes) -> BuilderResult:
     with open(path, "wb") as f:
         f.write(data)
     return BuilderResult(path, None)
+
+
+def _built(stats: TuningStats, built: BuiltCandidate) -> BuilderResult:
+    """A built candidate's artifact, its compile and fence seconds counted in the tuning stats."""
+    stats.built(built.compile_s, built.fence_wait_s)
+    return _artifact(built.data)
 
 
 def _failed(stats: TuningStats, kind: str, message: str) -> BuilderResult:
@@ -134,7 +159,7 @@ class RayBuilder(PyBuilder):
         self.stop = stop
         self.pause = pause
         # Candidates are pure functions of their input: a worker that dies is simply re-run.
-        self._remote = ray.remote(num_cpus=1, max_retries=1)(compile_candidate)
+        self._remote = ray.remote(num_cpus=1, max_retries=1)(build_candidate)
         self._cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._warm = False
 
@@ -186,13 +211,13 @@ class RayBuilder(PyBuilder):
                     )
                 continue
             try:
-                data = ray.get(ref)
+                built = ray.get(ref)
             except Exception as exc:  # the compiler refused the schedule: a failed trial, not a failed job
                 from tvmbench.core.errors import one_line
 
                 results.append(self._failed("build", one_line(exc)))
                 continue
-            results.append(_artifact(data))
+            results.append(_built(self.stats, built))
         self.stats.add_time("build_s", time.perf_counter() - started)
         return results
 
@@ -242,11 +267,11 @@ class InProcessBuilder(PyBuilder):
             fence_host = None if self.fence is not None else self.fence_host
             try:
                 with hold:
-                    data = compile_candidate(tvm.ir.save_json(bi.mod), str(bi.target), self.cross_compiler, fence_host)
+                    built = build_candidate(tvm.ir.save_json(bi.mod), str(bi.target), self.cross_compiler, fence_host)
             except Exception as exc:  # the compiler refused the schedule: a failed trial, not a failed job
                 results.append(self._failed("build", one_line(exc)))
                 continue
-            results.append(_artifact(data))
+            results.append(_built(self.stats, built))
         self.stats.add_time("build_s", time.perf_counter() - started)
         return results
 

@@ -127,6 +127,7 @@ class GroupResult:
     times: dict[str, float]
     failed: dict[str, int]
     errors: list[str]
+    candidates_built: int = 0
 
 
 def _search_group(
@@ -184,6 +185,7 @@ def _search_group(
         times=dict(stats.times),
         failed=dict(stats.failed),
         errors=list(stats.errors),
+        candidates_built=stats.candidates_built,
     )
 
 
@@ -267,7 +269,7 @@ def search_apart(
             continue
         measured.update(result.measured)
         merged.extend(result.trials)
-        stats.absorb(result.times, result.failed, result.errors)
+        stats.absorb(result.times, result.failed, result.errors, result.candidates_built)
         if result.stop is not None:
             stops.append((result.tuning_s, result.stop))
         if warm is None:

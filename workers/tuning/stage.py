@@ -10,7 +10,8 @@ The provenance (``Build.tuning``) has exactly these keys, which the results stor
 ``budget``, ``trials_run`` (measured in this build), ``trials_from_records`` (covered by records stored
 before it), ``tasks`` (per task: ``name``, ``weight``, ``flops``, ``trials`` = stored + measured trials
 the task's best record was chosen from, ``best_us``, ``records_found``), ``failed_trials`` ({kind:
-count}), ``errors`` (up to 5 samples), ``tuning_s``, ``build_s``, ``board_wait_s``, ``run_s``,
+count}), ``errors`` (up to 5 samples), ``tuning_s``, ``build_s``, ``board_wait_s``, ``run_s``, ``candidates_built``,
+``candidate_compile_s`` and ``candidate_fence_s`` (summed over the candidates: compiling, fence waits),
 ``cost_model``, ``seed``, ``database`` ("sql" | "memory" | "json"), ``warm_start`` (the cost model's
 training on stored records and the seeds of new workloads: workers/tuning/warm_start.py), and ``curve``:
 the tuning curve, ``[[trial, tuning seconds, estimate ms], ...]`` per measured trial (at most 512 points,
@@ -304,6 +305,10 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
         "build_s": stats.times["build_s"],
         "board_wait_s": stats.times["board_wait_s"],
         "run_s": stats.times["run_s"],
+        # Summed over the candidates (on all the CPUs they ran on): what building them cost, and fence waits.
+        "candidates_built": stats.candidates_built,
+        "candidate_compile_s": stats.times["compile_s"],
+        "candidate_fence_s": stats.times["build_fence_s"],
         "cost_model": settings.cost_model,
         "seed": settings.seed,
         "database": db_kind,

@@ -16,11 +16,18 @@ MAX_CURVE_POINTS = 512  # a 10,000-trial build keeps an evenly thinned curve, no
 
 
 class TuningStats:
-    """Seconds spent building candidates, waiting for boards and measuring; failed trials by kind."""
+    """Seconds spent building candidates, waiting for boards and measuring; failed trials by kind.
+
+    ``build_s`` is the tuning thread's wait for each batch; ``compile_s`` and ``build_fence_s`` are summed
+    over the candidates built (compiling, waiting for the host fence), on however many CPUs they ran.
+    """
 
     def __init__(self, on_trial: Callable[[int], None] | None = None) -> None:
         self._lock = threading.Lock()
-        self.times: dict[str, float] = {"build_s": 0.0, "board_wait_s": 0.0, "run_s": 0.0}
+        self.times: dict[str, float] = {
+            "build_s": 0.0, "board_wait_s": 0.0, "run_s": 0.0, "compile_s": 0.0, "build_fence_s": 0.0
+        }  # fmt: skip
+        self.candidates_built = 0
         self.failed: Counter = Counter()
         self.errors: list[str] = []
         self.measured = 0  # candidates the runner finished (timed or failed)
@@ -32,6 +39,13 @@ class TuningStats:
     def add_time(self, what: str, seconds: float) -> None:
         with self._lock:
             self.times[what] = self.times.get(what, 0.0) + seconds
+
+    def built(self, compile_s: float, fence_wait_s: float) -> None:
+        """One candidate built: its compile seconds and the seconds it waited for the host fence."""
+        with self._lock:
+            self.times["compile_s"] += compile_s
+            self.times["build_fence_s"] += fence_wait_s
+            self.candidates_built += 1
 
     def fail(self, kind: str, message: str) -> None:
         """Count one failed trial of ``kind`` (build, build-timeout, build-stopped, infra, timeout,
@@ -71,9 +85,11 @@ class TuningStats:
         with self._lock:
             self.trials.extend(batch)
 
-    def absorb(self, times: dict[str, float], failed: dict[str, int], errors: list[str]) -> None:
-        """Add another search's seconds, failed trials and sample errors (a group of a parallel search)."""
+    def absorb(self, times: dict[str, float], failed: dict[str, int], errors: list[str], built: int = 0) -> None:
+        """Add another search's seconds, failed trials, sample errors and candidates built (a group of a
+        parallel search)."""
         with self._lock:
+            self.candidates_built += built
             for what, seconds in times.items():
                 self.times[what] = self.times.get(what, 0.0) + seconds
             self.failed.update(failed)
