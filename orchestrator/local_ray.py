@@ -16,6 +16,13 @@ Three things Ray 2.60 does not do by itself for a local ``ray.init()``:
   the dead GCS. A small reaper process holds a pipe from the driver; when the driver dies (even by
   SIGKILL) the pipe closes and the reaper kills every process the driver started that is still running.
 
+- **Warm workers.** Ray kills a worker idle for more than 1 s once there are more workers than CPUs, and a
+  tuning build always has more (its own task, the candidate builders, the measure tasks): every batch of
+  candidates after a search or a measurement started a fresh worker, which imports TVM again (2 s on a
+  quiet 2-core machine, 17 s on a loaded one) before its first candidate. Idle workers are kept for
+  ``KEEP_IDLE_WORKERS_MS`` instead (``RAY_idle_worker_killing_time_threshold_ms`` for a cluster's nodes:
+  infra/ray).
+
 And one thing it does slowly: **exit** (2.3 s here, now 0.75 s). Ray's exit hook sleeps 0.5 s so that
 workers' log lines reach the driver (tvmbench forwards none: ``log_to_driver=False``), then stops the GCS
 before the autoscaler monitor, whose SIGTERM handler reports to the gone GCS until Ray kills it a second
@@ -33,6 +40,9 @@ import subprocess
 import sys
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+# Longer than a search or a measurement between two candidate batches; short enough to give the memory of
+# a sweep's workers back within minutes of its end.
+KEEP_IDLE_WORKERS_MS = 300_000
 _AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 _AUTH_NOTICE = "Token authentication is enabled for this Ray cluster"
 _reaper: subprocess.Popen | None = None
@@ -71,6 +81,7 @@ def start_local_ray(num_cpus: int | None = None) -> None:
         log_to_driver=False,
         logging_level="WARNING",
         configure_logging=True,
+        _system_config={"idle_worker_killing_time_threshold_ms": KEEP_IDLE_WORKERS_MS},
     )
     atexit.register(stop_local_ray)  # registered after `import ray` registered Ray's hook: runs before it
 

@@ -77,3 +77,34 @@ def test_the_fence_lives_through_every_sweep_of_one_process(ray_local: None) -> 
         RayPool(f"fence-lives-{run}").close()
         gc.collect()  # the dropped handle goes now, not whenever Python gets to it
         assert Fence(create_fence()).state() is not None, f"the fence actor is gone after sweep {run + 1}"
+
+
+def _pid(busy_s: float = 0.0) -> int:
+    import time
+
+    started = time.perf_counter()
+    while time.perf_counter() - started < busy_s:  # on its CPU, so that the batch needs both
+        pass
+    return os.getpid()
+
+
+def _batches(n: int, pause_s: float) -> list[set[int]]:
+    """A build task's batches of one-CPU tasks, each followed by zero-CPU tasks and an idle pause (a tuning
+    search's shape: candidates built, measured, the next ones searched for); the workers of each batch."""
+    import time
+
+    child = ray.remote(num_cpus=1)(_pid)
+    seen = []
+    for _ in range(n):
+        seen.append(set(ray.get([child.remote(0.3) for _ in range(6)])))
+        ray.get([ray.remote(num_cpus=0)(_pid).remote() for _ in range(2)])
+        time.sleep(pause_s)  # the workers' idleness is what is under test, not a condition to poll for
+    return seen
+
+
+def test_workers_idle_between_candidate_batches_are_kept(ray_local: None) -> None:
+    # Ray kills a worker idle for 1 s once there are more workers than CPUs (here: the build task's, the
+    # children's); each tuning batch then paid a fresh worker's `import tvm`. The local instance keeps them.
+    seen = ray.get(ray.remote(num_cpus=1)(_batches).remote(3, 2.0))
+    new = [sorted(b - seen[0]) for b in seen[1:]]
+    assert not any(new), f"batches after the first started new workers: {new}"
