@@ -181,3 +181,18 @@ def test_sweeps_overview_counts_tuning_trials_of_a_running_sweep(store: ResultSt
     assert (rows["tuned"]["tuning_trials"], rows["tuned"]["tuning_budget"]) == (24 + 3, 24 + 32)
     assert "tuning_budget" not in rows["plain"]
     assert query.sweeps_overview(store, "tuned")[0]["tuning_trials"] == 27
+
+
+def test_results_show_says_what_each_candidate_cost_to_build() -> None:
+    from tvmbench.answers.tuning_text import tuning_lines
+
+    base = {"budget": 64, "trials_run": 12, "trials_from_records": 0, "tuning_s": 30.0, "cost_model": "xgb"}
+    built = {**base, "candidates_built": 10, "candidate_compile_s": 4.5, "candidate_fence_s": 0.3}
+    (line,) = [x for x in tuning_lines(built) if "candidates:" in x]
+    assert line.strip() == (
+        "candidates: 10 built, compiling 0.45 s each and waiting for the host fence 0.03 s each "
+        "(summed over CPUs: 4.8 s)"
+    )
+    # A build stored before candidates were counted, or one that built none, says nothing of them.
+    assert not any("candidates:" in x for x in tuning_lines(base))
+    assert not any("candidates:" in x for x in tuning_lines({**built, "candidates_built": 0}))
