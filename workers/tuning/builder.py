@@ -110,7 +110,7 @@ def warm_worker(fence_host: str | None = None) -> float:
 
     ``import tvm`` alone took 17 s in a fresh Ray worker on a loaded 2-core machine: paid once per worker
     before the first batch, it does not eat into every candidate's build timeout. It is a build's work on
-    this machine's cores, so it holds the fence like one (``fence_host``, as ``compile_candidate``).
+    this machine's cores, so it holds the fence like one (``fence_host``, as ``build_candidate``).
     """
     from workers.fence import local_fence
 
@@ -229,7 +229,7 @@ class RayBuilder(PyBuilder):
 class InProcessBuilder(PyBuilder):
     """Builds each batch of candidates in this process, one after another: a toolchain's child has no Ray.
 
-    The same ``compile_candidate`` as the Ray tasks, so a candidate is the same ``.so`` either way. Nothing
+    The same ``build_candidate`` as the Ray tasks, so a candidate is the same ``.so`` either way. Nothing
     bounds one compile here (``timeout_s`` is kept for the signature); the child's parent bounds the whole
     build. ``stop()`` true turns the rest of a batch into build errors.
     """
