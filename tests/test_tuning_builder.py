@@ -54,7 +54,7 @@ def test_a_candidate_past_its_timeout_is_a_failed_trial_and_its_fence_hold_is_le
     assert errors[0] is None and errors[2] is None, errors
     assert errors[1] is not None and errors[1].startswith("build-timeout"), errors
     assert builder.stats.failed == {"build-timeout": 1}
-    assert builder.stats.candidates_built == 2 and builder.stats.times["compile_s"] > 0  # the two that built
+    assert builder.stats.candidates_built == 2 and builder.stats.times["candidate_compile_s"] > 0  # the two that built
     assert fence.state() == {"builds": 0, "timing": 0, "waiting_timers": 0}, "the cancelled build's hold was kept"
 
 

@@ -307,8 +307,8 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
         "run_s": stats.times["run_s"],
         # Summed over the candidates (on all the CPUs they ran on): what building them cost, and fence waits.
         "candidates_built": stats.candidates_built,
-        "candidate_compile_s": stats.times["compile_s"],
-        "candidate_fence_s": stats.times["build_fence_s"],
+        "candidate_compile_s": stats.times["candidate_compile_s"],
+        "candidate_fence_s": stats.times["candidate_fence_s"],
         "cost_model": settings.cost_model,
         "seed": settings.seed,
         "database": db_kind,

@@ -18,14 +18,14 @@ MAX_CURVE_POINTS = 512  # a 10,000-trial build keeps an evenly thinned curve, no
 class TuningStats:
     """Seconds spent building candidates, waiting for boards and measuring; failed trials by kind.
 
-    ``build_s`` is the tuning thread's wait for each batch; ``compile_s`` and ``build_fence_s`` are summed
+    ``build_s`` is the tuning thread's wait for each batch; ``candidate_compile_s`` and ``candidate_fence_s`` are summed
     over the candidates built (compiling, waiting for the host fence), on however many CPUs they ran.
     """
 
     def __init__(self, on_trial: Callable[[int], None] | None = None) -> None:
         self._lock = threading.Lock()
         self.times: dict[str, float] = {
-            "build_s": 0.0, "board_wait_s": 0.0, "run_s": 0.0, "compile_s": 0.0, "build_fence_s": 0.0
+            "build_s": 0.0, "board_wait_s": 0.0, "run_s": 0.0, "candidate_compile_s": 0.0, "candidate_fence_s": 0.0
         }  # fmt: skip
         self.candidates_built = 0
         self.failed: Counter = Counter()
@@ -43,8 +43,8 @@ class TuningStats:
     def built(self, compile_s: float, fence_wait_s: float) -> None:
         """One candidate built: its compile seconds and the seconds it waited for the host fence."""
         with self._lock:
-            self.times["compile_s"] += compile_s
-            self.times["build_fence_s"] += fence_wait_s
+            self.times["candidate_compile_s"] += compile_s
+            self.times["candidate_fence_s"] += fence_wait_s
             self.candidates_built += 1
 
     def fail(self, kind: str, message: str) -> None:
