@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import warnings
@@ -13,6 +14,13 @@ from typing import Any
 
 import onnx
 import pytest
+
+# A suite started in the background by a non-interactive shell (`pytest ... &`, nohup, some CI runners)
+# inherits Ctrl-C ignored, and so would every CLI the tests start: a test that presses Ctrl-C would see the
+# command finish with exit 0. A terminal's user has it on; so do the tests (a Python handler is reset to
+# the default at exec, an ignored signal stays ignored).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # A local Ray instance listens on loopback only with this set (see shared notes on Ray).
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
