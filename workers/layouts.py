@@ -19,9 +19,18 @@ the identity) and a stacked reduction is the same ops pairwise (``add``, ``minim
 divides the sum), which is what the importer itself writes where a shape is not static. The provenance
 counts both (``rewritten``).
 
-"NCHW" leaves the module as imported. A model without a conv2d comes out unchanged under either
+"NCHW" leaves the module as imported. A model without a conv2d comes out unchanged under any
 layout: its provenance says ``convs_converted: 0`` and its program is the NCHW program (one fingerprint,
 measured once).
+
+The blocked layouts (``NCHW4c``, ``NCHW8c``, ``NCHW16c``) split the channels into blocks of one vector
+register's floats (4 for NEON, 8 for AVX2, 16 for AVX-512), the layout x86 and Arm CPU libraries run
+convolutions in (ONNX Runtime's NCHWc kernels, oneDNN): the innermost loop of a convolution then runs over
+a block of output channels, a vector. ConvertLayout converts a conv2d whose channels are a multiple of the
+block and leaves the others (a 3-channel stem, a 1000-class head) as imported. TVM's legalization refuses
+a conv2d with a channel block ("cannot be legalized by TOPI at this moment"), so the converted ones become
+``topi.nn.conv2d_NCHWc`` here, before the pipeline; TOPI has no grouped NCHWc convolution, so a grouped
+conv2d the pass converted goes back to NCHW between two layout transforms.
 """
 
 from __future__ import annotations
@@ -31,36 +40,51 @@ from typing import Any
 from tvmbench.core.errors import one_line
 from tvmbench.core.records import LAYOUTS, Job
 
-# What ConvertLayout is given per layout: the feature map's and the kernel's layout of each op.
-DESIRED: dict[str, dict[str, list[str]]] = {"NHWC": {"relax.nn.conv2d": ["NHWC", "OHWI"]}}
 CONV2D = "relax.nn.conv2d"
+# The channel block of each blocked layout (the floats of one vector register: NEON, AVX2, AVX-512).
+BLOCKED: dict[str, int] = {"NCHW4c": 4, "NCHW8c": 8, "NCHW16c": 16}
+# What ConvertLayout is given per layout: the feature map's and the kernel's layout of each op (a blocked
+# kernel: input-channel and output-channel blocks innermost, what topi.nn.conv2d_NCHWc reads).
+DESIRED: dict[str, dict[str, list[str]]] = {
+    "NHWC": {CONV2D: ["NHWC", "OHWI"]},
+    **{name: {CONV2D: [name, f"OIHW{b}i{b}o"]} for name, b in BLOCKED.items()},
+}
 # Convolutions the axis leaves as they are (counted, so the provenance says what stayed NCHW).
 OTHER_CONVS = ("relax.nn.conv1d", "relax.nn.conv3d", "relax.nn.conv2d_transpose", "relax.nn.conv1d_transpose")
-TRANSPOSE = "relax.permute_dims"
+# What the pass adds where the layout changes: transposes (NHWC), layout transforms (blocked layouts).
+TRANSPOSES = ("relax.permute_dims", "relax.layout_transform")
 
 
-def _census(mod: Any, layout: str) -> dict[str, int]:
-    """Counts of conv2d calls (all, and those in ``layout``), other convolutions and permute_dims calls."""
+def _op_calls(mod: Any) -> list[Any]:
+    """Every call of a Relax operator in ``mod``'s Relax functions (post order)."""
     import tvm
     from tvm import relax
 
-    counts = {"conv2d": 0, "in_layout": 0, "other_convs": 0, "transposes": 0}
+    calls: list[Any] = []
 
     def visit(expr: Any) -> None:
-        if not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op):
-            return
-        name = expr.op.name
-        if name == CONV2D:
-            counts["conv2d"] += 1
-            counts["in_layout"] += int(str(expr.attrs.data_layout) == layout)
-        elif name in OTHER_CONVS:
-            counts["other_convs"] += 1
-        elif name == TRANSPOSE:
-            counts["transposes"] += 1
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+            calls.append(expr)
 
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func.body, visit)
+    return calls
+
+
+def _census(mod: Any, layout: str) -> dict[str, int]:
+    """Counts of conv2d calls (all, and those in ``layout``), other convolutions and transposes or layout
+    transforms."""
+    counts = {"conv2d": 0, "in_layout": 0, "other_convs": 0, "transposes": 0}
+    for call in _op_calls(mod):
+        name = call.op.name
+        if name == CONV2D:
+            counts["conv2d"] += 1
+            counts["in_layout"] += int(str(call.attrs.data_layout) == layout)
+        elif name in OTHER_CONVS:
+            counts["other_convs"] += 1
+        elif name in TRANSPOSES:
+            counts["transposes"] += 1
     return counts
 
 
@@ -91,6 +115,8 @@ def convert(mod: Any, layout: str) -> tuple[Any, dict[str, Any]]:
         mod, provenance["rewritten"] = layout_friendly(mod)
     try:
         out = relax.transform.ConvertLayout(DESIRED[layout])(mod)
+        if layout in BLOCKED:
+            out, provenance["grouped_kept"] = _grouped_back_to_nchw(out, BLOCKED[layout])
     except Exception as exc:  # an op whose layout inference fails: the build's error, naming the pass
         raise RuntimeError(f"ConvertLayout to {layout} failed: {one_line(exc)}") from None
     after = _census(out, layout)
@@ -100,7 +126,71 @@ def convert(mod: Any, layout: str) -> tuple[Any, dict[str, Any]]:
         convs_converted=after["in_layout"] - before["in_layout"],
         transposes_added=after["transposes"] - before["transposes"],
     )
+    if layout in BLOCKED and after["in_layout"]:
+        out = _legalize_blocked_convs(out)
     return out, provenance
+
+
+def _layout_of(call: Any) -> tuple[str, str, str]:
+    """A conv2d call's (data, kernel, out) layouts."""
+    return str(call.attrs.data_layout), str(call.attrs.kernel_layout), str(call.attrs.out_layout)
+
+
+def _grouped_back_to_nchw(mod: Any, block: int) -> tuple[Any, int]:
+    """``mod`` with each grouped conv2d in a blocked layout written as layout transforms around the NCHW
+    conv2d (TOPI's NCHWc convolution has no groups); how many there were."""
+    from tvm import relax
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+    from tvm.relax.op import _ffi_api
+    from tvm.tirx import IndexMap
+
+    count = 0
+    data, weight = wildcard(), wildcard()
+    conv = is_op(CONV2D)(data, weight)
+
+    def unblocked(call: Any, matched: dict[Any, Any]) -> Any:
+        nonlocal count
+        if int(call.attrs.groups) == 1 or len(_layout_of(call)[0]) == 4:
+            return call
+        count += 1
+        to_nchw = relax.op.layout_transform(matched[data], lambda n, c, h, w, cb: (n, c * block + cb, h, w))
+        to_oihw = relax.op.layout_transform(
+            matched[weight], lambda o, i, h, w, ib, ob: (o * block + ob, i * block + ib, h, w)
+        )
+        a = call.attrs
+        plain = relax.op.nn.conv2d(to_nchw, to_oihw, a.strides, a.padding, a.dilation, a.groups, "NCHW", "OIHW", "NCHW")
+        # relax.op.layout_transform reads its input's dtype, which a call not yet normalised lacks: the op itself.
+        blocked = IndexMap.from_func(lambda n, c, h, w: (n, c // block, h, w, c % block), index_dtype="int64")
+        return _ffi_api.layout_transform(plain, blocked, None)
+
+    out = mod.clone()
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            out[gvar] = rewrite_call(conv, unblocked, func)
+    return (out, count) if count else (mod, 0)
+
+
+def _legalize_blocked_convs(mod: Any) -> Any:
+    """``mod`` with its blocked conv2d calls lowered to ``topi.nn.conv2d_NCHWc`` (TVM's own legalization
+    refuses a channel block) and every other op left for the pipeline."""
+    import tvm
+    from tvm import relax, topi
+
+    def conv2d_nchwc(bb: Any, call: Any) -> Any:
+        data_layout, _, out_layout = _layout_of(call)
+        if len(data_layout) == 4:  # as imported: the pipeline's LegalizeOps lowers it
+            return call
+        a = call.attrs
+        dtype = (call.ty if hasattr(call, "ty") else call.struct_info).dtype  # 0.27 renamed struct_info
+        return bb.call_te(
+            topi.nn.conv2d_NCHWc, call.args[0], call.args[1], a.strides, a.padding, a.dilation,
+            data_layout, out_layout, dtype, primfunc_name_hint="conv2d_NCHWc",
+        )  # fmt: skip
+
+    others = {call.op.name for call in _op_calls(mod)} - {CONV2D}
+    legalize = relax.transform.LegalizeOps({CONV2D: conv2d_nchwc}, skip_ops=sorted(others))
+    with tvm.target.Target.current(allow_none=True) or tvm.target.Target("llvm"):  # asked for, never read
+        return legalize(mod)
 
 
 def layout_friendly(mod: Any) -> tuple[Any, dict[str, int]]:

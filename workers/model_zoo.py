@@ -257,6 +257,33 @@ def merged_branches(seed: int = 0, channels: int = 8) -> onnx.ModelProto:
     )
 
 
+def grouped_convnet(seed: int = 0, channels: int = 16) -> onnx.ModelProto:
+    """x[1,3,16,16] -> Conv(channels, 3x3) -> Relu -> Conv(channels, 3x3, group 2) -> Relu -> Conv(channels,
+    1x1) -> MaxPool -> GlobalAveragePool -> Flatten: a stem whose 3 channels no block divides, a grouped
+    convolution (ShuffleNet's kind) and a plain one, the three cases of the blocked layouts (NCHW8c...)."""
+    rng = np.random.default_rng(seed)
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], group=2),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"]),
+        helper.make_node("MaxPool", ["c2"], ["m"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["m"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["y"]),
+    ]
+    inits = []
+    for i, (c_in, k) in enumerate(((3, 3), (channels // 2, 3), (channels, 1))):
+        inits += [_init(rng, f"w{i}", (channels, c_in, k, k), 0.3), _init(rng, f"b{i}", (channels,))]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels])],
+        inits,
+        "grouped_convnet",
+    )
+
+
 def outer_product(n: int = 2048, seed: int = 0) -> onnx.ModelProto:
     """a[n,1] x b[1,n] -> Relu -> ReduceSum over columns -> y[n,1]: small inputs, outputs and weights
     (none), one n*n float32 intermediate (16 MB at n=2048). What the memory tests and benchmarks need: a

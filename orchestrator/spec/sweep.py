@@ -17,7 +17,7 @@ A sweep file looks like::
     pipeline = ["per-target"]
 
     tvm = ["0.27.0.post1", "0.26.0"]   # optional: TVM releases, wheel paths or { python = PATH }
-    layout = ["NCHW", "NHWC"]           # optional: data layouts of the Relax VM builds
+    layout = ["NCHW", "NHWC", "NCHW8c"] # optional: data layouts of the Relax VM builds
 
     [measure]
     number = 10

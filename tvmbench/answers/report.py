@@ -269,10 +269,13 @@ def layout_line(layout: dict[str, Any]) -> str:
     desired = "; ".join(f"{op}: {', '.join(want)}" for op, want in (layout.get("desired") or {}).items())
     text = (
         f"{name}: ConvertLayout ({desired}): {layout.get('convs_converted', 0)} of {convs} conv2d converted, "
-        f"{layout.get('transposes_added', 0)} transposes added"
+        f"{layout.get('transposes_added', 0)} {'transposes' if name == 'NHWC' else 'layout transforms'} added"
     )
     if not convs:
         text += " (no conv2d in the model: the conversion is a no-op)"
+    if layout.get("grouped_kept"):
+        kept = layout["grouped_kept"]
+        text += f"; {kept} grouped conv2d run NCHW between layout transforms (TOPI has no grouped NCHWc)"
     if layout.get("other_convs"):
         text += f"; {layout['other_convs']} other convolution(s) (conv1d, conv3d, transposed) left as imported"
     rewritten = layout.get("rewritten") or {}

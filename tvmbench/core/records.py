@@ -43,8 +43,9 @@ FINAL_STATUSES: tuple[str, ...] = ("ok", *ERROR_KINDS)
 PIPELINES: tuple[str, ...] = ("per-target", "generic", "per-target-fold-bn")
 
 # The data layouts of the layout axis (``[axes] layout``): "NCHW" is the module as imported (ONNX is NCHW),
-# "NHWC" converts its 2-D convolutions before the pipeline (workers/layouts.py).
-LAYOUTS: tuple[str, ...] = ("NCHW", "NHWC")
+# the others convert its 2-D convolutions before the pipeline (workers/layouts.py): "NHWC" puts the
+# channels innermost, "NCHW<k>c" splits them into blocks of k (a vector register's floats).
+LAYOUTS: tuple[str, ...] = ("NCHW", "NHWC", "NCHW4c", "NCHW8c", "NCHW16c")
 
 
 def canonical_json(obj: Any) -> str:
