@@ -181,7 +181,8 @@ def _budget_order(budget: int | str) -> int:
 
 
 def kernel_tables(db: str, sweep_id: str) -> dict[str, list[dict[str, Any]]]:
-    """Per model: each kernel's ms per run untuned and in the most-tuned vm-bytecode build (``--kernels``)."""
+    """Per model (and layout, with ``--layouts``): each kernel's ms per run untuned and in the most-tuned
+    vm-bytecode build (``--kernels``)."""
     from db.store import ResultStore
     from tvmbench.answers import query
 
@@ -196,7 +197,9 @@ def kernel_tables(db: str, sweep_id: str) -> dict[str, list[dict[str, Any]]]:
         profile = (final[-1].get("kernel_profile") or {}) if final else {}
         if profile.get("available"):
             kernels = {k["name"]: k["total_ms"] for k in profile["kernels"] if k.get("kind") == "kernel"}
-            profiles.setdefault(r["model"], {})[_budget_order(budget)] = kernels
+            # With --layouts each layout is a program of its own: its profile beside its own untuned one.
+            name = f"{r['model']} {r['layout']}" if r.get("layout") else r["model"]
+            profiles.setdefault(name, {})[_budget_order(budget)] = kernels
     store.close()
     tables = {}
     for model, by_budget in profiles.items():
