@@ -131,9 +131,9 @@ def convert(mod: Any, layout: str) -> tuple[Any, dict[str, Any]]:
     return out, provenance
 
 
-def _layout_of(call: Any) -> tuple[str, str, str]:
-    """A conv2d call's (data, kernel, out) layouts."""
-    return str(call.attrs.data_layout), str(call.attrs.kernel_layout), str(call.attrs.out_layout)
+def _is_blocked(call: Any) -> bool:
+    """Whether a conv2d call's feature map has a channel block (5 axes: "NCHW8c"), not 4 ("NCHW")."""
+    return len(str(call.attrs.data_layout)) > 4
 
 
 def _grouped_back_to_nchw(mod: Any, block: int) -> tuple[Any, int]:
@@ -150,7 +150,7 @@ def _grouped_back_to_nchw(mod: Any, block: int) -> tuple[Any, int]:
 
     def unblocked(call: Any, matched: dict[Any, Any]) -> Any:
         nonlocal count
-        if int(call.attrs.groups) == 1 or len(_layout_of(call)[0]) == 4:
+        if int(call.attrs.groups) == 1 or not _is_blocked(call):
             return call
         count += 1
         to_nchw = relax.op.layout_transform(matched[data], lambda n, c, h, w, cb: (n, c * block + cb, h, w))
@@ -177,14 +177,13 @@ def _legalize_blocked_convs(mod: Any) -> Any:
     from tvm import relax, topi
 
     def conv2d_nchwc(bb: Any, call: Any) -> Any:
-        data_layout, _, out_layout = _layout_of(call)
-        if len(data_layout) == 4:  # as imported: the pipeline's LegalizeOps lowers it
+        if not _is_blocked(call):  # as imported: the pipeline's LegalizeOps lowers it
             return call
         a = call.attrs
         dtype = (call.ty if hasattr(call, "ty") else call.struct_info).dtype  # 0.27 renamed struct_info
         return bb.call_te(
             topi.nn.conv2d_NCHWc, call.args[0], call.args[1], a.strides, a.padding, a.dilation,
-            data_layout, out_layout, dtype, primfunc_name_hint="conv2d_NCHWc",
+            str(a.data_layout), str(a.out_layout), dtype, primfunc_name_hint="conv2d_NCHWc",
         )  # fmt: skip
 
     others = {call.op.name for call in _op_calls(mod)} - {CONV2D}
