@@ -265,13 +265,14 @@ def test_a_model_without_conv2d_is_a_no_op_said_so() -> None:
     assert tvm_ffi.structural_equal(out, mod), "ConvertLayout changed a module without conv2d"
 
 
-@pytest.mark.parametrize(("layout", "converted", "grouped"), [("NCHW4c", 2, 1), ("NCHW8c", 2, 1), ("NCHW16c", 1, 0)])
-def test_blocked_layouts_run_the_convolutions_whose_channels_split_as_nchwc_and_stay_correct(
-    layout: str, converted: int, grouped: int
+@pytest.mark.parametrize("layout", ["NCHW4c", "NCHW8c", "NCHW16c"])
+def test_blocked_layouts_run_the_convolutions_as_nchwc_in_blocks_their_channels_allow_and_stay_correct(
+    layout: str,
 ) -> None:
-    """The stem's 3 channels stay NCHW; the plain conv becomes TOPI's conv2d_NCHWc; the grouped one (8 input
-    channels per group: a multiple of 4 and 8, not of 16) runs NCHW between layout transforms. The
-    program, built by the per-target pipeline and run here, is ONNX Runtime's."""
+    """The plain conv becomes TOPI's conv2d_NCHWc in the layout's block; the stem, whose 3 channels no block
+    divides, reads NCHW3c and writes the layout's block (no layout transform after it); the grouped one runs
+    NCHW between layout transforms. The program, built by the per-target pipeline and run here, is ONNX
+    Runtime's."""
     import onnxruntime
     import tvm
     from tvm import relax
@@ -285,9 +286,16 @@ def test_blocked_layouts_run_the_convolutions_whose_channels_split_as_nchwc_and_
         out, done = layouts.convert(mod, layout)
     block = layouts.BLOCKED[layout]
     assert done["desired"] == {"relax.nn.conv2d": [layout, f"OIHW{block}i{block}o"]}, done
-    assert (done["convs"], done["convs_converted"], done["grouped_kept"]) == (3, converted - grouped, grouped), done
+    assert (done["convs"], done["convs_converted"], done["grouped_kept"]) == (3, 2, 1), done
+    assert done["other_blocks"] == {f"NCHW3c -> {layout}": 1}, done
     kernels = [str(g.name_hint) for g, f in out.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
-    assert sum(k.startswith("conv2d_NCHWc") for k in kernels) == converted - grouped, kernels
+    assert sum(k.startswith("conv2d_NCHWc") for k in kernels) == 2, kernels
+    shapes = sorted(
+        [[int(d) for d in layouts._ty(t).shape] for t in (call.args[1].fields[0], call)]
+        for call in layouts._op_calls(out)
+        if call.op.name == "relax.call_tir" and str(call.args[0].name_hint).startswith("conv2d_NCHWc")
+    )  # the data and output of both: the stem writes the layout's block straight away
+    assert shapes == [[[1, 1, 16, 16, 3], [1, 16 // block, 16, 16, block]]] + [[[1, 16 // block, 16, 16, block]] * 2]
     x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype("float32")
     expected = onnxruntime.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     target = tvm.target.Target("llvm")
@@ -433,11 +441,13 @@ def test_the_build_provenance_and_pass_trace_show_the_conversion(swept: Swept) -
     text = invoke("results", "show", swept.by["tiny_cnn", "NHWC"]["job_key"], "--db", swept.db).stdout
     assert "layout NHWC: ConvertLayout" in text and "2 of 2 conv2d converted" in text, text
     assert "ConvertLayout > " in text  # first in the shown pass trace
-    # NCHW4c: the stem's 3 channels are no multiple of 4, so one of the two convolutions is converted.
+    # NCHW4c: the stem's 3 channels are no multiple of 4, so it reads a block of 3 and writes one of 4.
     blocked = _show(swept, swept.by["tiny_cnn", "NCHW4c"])["build"]["layout"]
-    assert (blocked["convs_converted"], blocked["grouped_kept"]) == (1, 0), blocked
+    assert (blocked["convs_converted"], blocked["grouped_kept"]) == (2, 0), blocked
+    assert blocked["other_blocks"] == {"NCHW3c -> NCHW4c": 1}, blocked
     text = invoke("results", "show", swept.by["tiny_cnn", "NCHW4c"]["job_key"], "--db", swept.db).stdout
-    assert "layout NCHW4c: ConvertLayout (relax.nn.conv2d: NCHW4c, OIHW4i4o): 1 of 2 conv2d converted" in text, text
+    assert "layout NCHW4c: ConvertLayout (relax.nn.conv2d: NCHW4c, OIHW4i4o): 2 of 2 conv2d converted" in text, text
+    assert "smaller blocks: 1 NCHW3c -> NCHW4c" in " ".join(text.split()), text
 
 
 def test_a_model_without_conv_under_nhwc_is_the_nchw_program_measured_once(swept: Swept) -> None:

@@ -1,4 +1,5 @@
-"""The layout axis in another TVM release: a 0.26.0 toolchain's child converts as the worker does.
+"""The layout axis in another TVM release: a 0.26.0 toolchain's child converts as the worker does (NHWC and
+the channel-blocked NCHW8c, whose conv2d_NCHWc lowering is ours).
 
 The 0.26.0 toolchain is the one tests/test_toolchains.py caches in ~/.cache/tvmbench-test (provisioned on
 the first run only).
@@ -24,7 +25,7 @@ SWEEP = f"""
 path = 'tiny_cnn.onnx'
 [axes]
 executor = ['vm-bytecode']
-layout = ['NCHW', 'NHWC']
+layout = ['NCHW', 'NHWC', 'NCHW8c']
 tvm = ['{RELEASE}']
 """
 
@@ -35,18 +36,20 @@ def tvm026(cached_home: Path) -> Toolchain:
     return provision.add(RELEASE)
 
 
-def test_an_nhwc_build_of_another_release_is_converted_and_correct(tvm026: Toolchain, models_dir: Path) -> None:
-    nchw, nhwc = plan_jobs(parse_spec(SWEEP, base=models_dir))
-    assert (nchw.layout, nhwc.layout) == ("NCHW", "NHWC") and nhwc.toolchain == RELEASE
+def test_nhwc_and_blocked_builds_of_another_release_are_converted_and_correct(
+    tvm026: Toolchain, models_dir: Path
+) -> None:
+    nchw, nhwc, blocked = plan_jobs(parse_spec(SWEEP, base=models_dir))
+    assert (nchw.layout, nhwc.layout, blocked.layout) == ("NCHW", "NHWC", "NCHW8c") and nhwc.toolchain == RELEASE
     data = (models_dir / "tiny_cnn.onnx").read_bytes()
     x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
     (expected,) = ort.InferenceSession(data).run(None, {"x": x})
     fingerprints = []
-    for job in (nchw, nhwc):
+    for job in (nchw, nhwc, blocked):
         build, artifact = build_in_toolchain(tvm026, job, data)
         assert build.status == "ok" and build.tvm_version == RELEASE, build.error
         assert build.build_key == job.build_key(RELEASE)
-        converted = job.layout == "NHWC"
+        converted = job.layout != "NCHW"
         assert build.layout is not None and build.layout["converted"] is converted
         assert build.layout["convs_converted"] == (2 if converted else 0)
         assert ("ConvertLayout" in build.pass_trace) is converted
@@ -54,4 +57,6 @@ def test_an_nhwc_build_of_another_release_is_converted_and_correct(tvm026: Toolc
         assert run["tvm_version"] == RELEASE
         np.testing.assert_allclose(outputs[0], expected, atol=1e-4, rtol=1e-3)
         fingerprints.append(build.fingerprint)
-    assert fingerprints[0] != fingerprints[1], "NHWC is another program in 0.26.0 too"
+    assert len(set(fingerprints)) == 3, "NHWC and NCHW8c are other programs in 0.26.0 too"
+    # 0.26.0's ConvertLayout takes the per-conv2d callback: the 3-channel stem writes NCHW8c.
+    assert build.layout["other_blocks"] == {"NCHW3c -> NCHW8c": 1}, build.layout

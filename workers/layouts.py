@@ -26,15 +26,19 @@ measured once).
 The blocked layouts (``NCHW4c``, ``NCHW8c``, ``NCHW16c``) split the channels into blocks of one vector
 register's floats (4 for NEON, 8 for AVX2, 16 for AVX-512), the layout x86 and Arm CPU libraries run
 convolutions in (ONNX Runtime's NCHWc kernels, oneDNN): the innermost loop of a convolution then runs over
-a block of output channels, a vector. ConvertLayout converts a conv2d whose channels are a multiple of the
-block and leaves the others (a 3-channel stem, a 1000-class head) as imported. TVM's legalization refuses
-a conv2d with a channel block ("cannot be legalized by TOPI at this moment"), so the converted ones become
-``topi.nn.conv2d_NCHWc`` here, before the pipeline; TOPI has no grouped NCHWc convolution, so a grouped
-conv2d the pass converted goes back to NCHW between two layout transforms.
+a block of output channels, a vector. ConvertLayout is given a layout per convolution (its ``layout_cb``):
+channels that the block does not divide get a smaller block of their own, all of them when fewer than the
+block (a 3-channel stem reads ``NCHW3c`` and writes ``NCHW8c``: the feature map after it is blocked
+without a layout transform, as TVM's x86 schedules did for the first convolution), else their greatest
+common divisor with it (a 1000-class head under ``NCHW16c`` writes ``NCHW8c``). TVM's legalization
+refuses a conv2d with a channel block ("cannot be legalized by TOPI at this moment"), so the converted
+ones become ``topi.nn.conv2d_NCHWc`` here, before the pipeline; TOPI has no grouped NCHWc convolution, so
+a grouped conv2d stays NCHW, between two layout transforms.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from tvmbench.core.errors import one_line
@@ -73,14 +77,16 @@ def _op_calls(mod: Any) -> list[Any]:
 
 
 def _census(mod: Any, layout: str) -> dict[str, int]:
-    """Counts of conv2d calls (all, and those in ``layout``), other convolutions and transposes or layout
-    transforms."""
-    counts = {"conv2d": 0, "in_layout": 0, "other_convs": 0, "transposes": 0}
+    """Counts of conv2d calls (all, those in ``layout`` or, for a blocked one, in any channel block, and the
+    grouped ones in NCHW), other convolutions and transposes or layout transforms."""
+    counts = {"conv2d": 0, "in_layout": 0, "grouped_nchw": 0, "other_convs": 0, "transposes": 0}
     for call in _op_calls(mod):
         name = call.op.name
         if name == CONV2D:
+            data_layout = str(call.attrs.data_layout)
             counts["conv2d"] += 1
-            counts["in_layout"] += int(str(call.attrs.data_layout) == layout)
+            counts["in_layout"] += int(data_layout == layout or (layout in BLOCKED and _is_blocked(call)))
+            counts["grouped_nchw"] += int(data_layout == "NCHW" and int(call.attrs.groups) != 1)
         elif name in OTHER_CONVS:
             counts["other_convs"] += 1
         elif name in TRANSPOSES:
@@ -114,9 +120,10 @@ def convert(mod: Any, layout: str) -> tuple[Any, dict[str, Any]]:
     if before["conv2d"]:
         mod, provenance["rewritten"] = layout_friendly(mod)
     try:
-        out = relax.transform.ConvertLayout(DESIRED[layout])(mod)
         if layout in BLOCKED:
-            out, provenance["grouped_kept"] = _grouped_back_to_nchw(out, BLOCKED[layout])
+            out = relax.transform.ConvertLayout({}, _per_conv(BLOCKED[layout]))(mod)
+        else:
+            out = relax.transform.ConvertLayout(DESIRED[layout])(mod)
     except Exception as exc:  # an op whose layout inference fails: the build's error, naming the pass
         raise RuntimeError(f"ConvertLayout to {layout} failed: {one_line(exc)}") from None
     after = _census(out, layout)
@@ -126,9 +133,23 @@ def convert(mod: Any, layout: str) -> tuple[Any, dict[str, Any]]:
         convs_converted=after["in_layout"] - before["in_layout"],
         transposes_added=after["transposes"] - before["transposes"],
     )
-    if layout in BLOCKED and after["in_layout"]:
-        out = _legalize_blocked_convs(out)
+    if layout in BLOCKED:
+        provenance["grouped_kept"] = after["grouped_nchw"]
+        provenance["other_blocks"] = _other_blocks(out, BLOCKED[layout])
+        if after["in_layout"]:
+            try:
+                out = _legalize_blocked_convs(out)
+            except Exception as exc:
+                raise RuntimeError(
+                    f"lowering the {layout} convolutions to topi.nn.conv2d_NCHWc failed: {one_line(exc)}; "
+                    "build this model in NCHW or NHWC"
+                ) from None
     return out, provenance
+
+
+def _ty(expr: Any) -> Any:
+    """A Relax expression's type: ``ty`` since 0.27, ``struct_info`` in the releases before."""
+    return expr.ty if hasattr(expr, "ty") else expr.struct_info
 
 
 def _is_blocked(call: Any) -> bool:
@@ -136,38 +157,41 @@ def _is_blocked(call: Any) -> bool:
     return len(str(call.attrs.data_layout)) > 4
 
 
-def _grouped_back_to_nchw(mod: Any, block: int) -> tuple[Any, int]:
-    """``mod`` with each grouped conv2d in a blocked layout written as layout transforms around the NCHW
-    conv2d (TOPI's NCHWc convolution has no groups); how many there were."""
-    from tvm import relax
-    from tvm.relax.dpl import is_op, rewrite_call, wildcard
-    from tvm.relax.op import _ffi_api
-    from tvm.tirx import IndexMap
+def channel_block(channels: int, block: int) -> int:
+    """The channel block of a feature map of ``channels`` channels under a layout of ``block``: ``block``
+    where it divides them, all of them where they are fewer, else their greatest common divisor."""
+    return channels if channels < block else math.gcd(channels, block)
 
-    count = 0
-    data, weight = wildcard(), wildcard()
-    conv = is_op(CONV2D)(data, weight)
 
-    def unblocked(call: Any, matched: dict[Any, Any]) -> Any:
-        nonlocal count
-        if int(call.attrs.groups) == 1 or not _is_blocked(call):
-            return call
-        count += 1
-        to_nchw = relax.op.layout_transform(matched[data], lambda n, c, h, w, cb: (n, c * block + cb, h, w))
-        to_oihw = relax.op.layout_transform(
-            matched[weight], lambda o, i, h, w, ib, ob: (o * block + ob, i * block + ib, h, w)
-        )
-        a = call.attrs
-        plain = relax.op.nn.conv2d(to_nchw, to_oihw, a.strides, a.padding, a.dilation, a.groups, "NCHW", "OIHW", "NCHW")
-        # relax.op.layout_transform reads its input's dtype, which a call not yet normalised lacks: the op itself.
-        blocked = IndexMap.from_func(lambda n, c, h, w: (n, c // block, h, w, c % block), index_dtype="int64")
-        return _ffi_api.layout_transform(plain, blocked, None)
+def _per_conv(block: int) -> Any:
+    """ConvertLayout's ``layout_cb`` for a blocked layout: each conv2d's input and output channel blocks
+    (``channel_block``); NCHW for a grouped one (TOPI has no grouped NCHWc) or one whose output block would
+    be a single channel."""
 
-    out = mod.clone()
-    for gvar, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            out[gvar] = rewrite_call(conv, unblocked, func)
-    return (out, count) if count else (mod, 0)
+    def desired(call: Any) -> dict[str, list[str]]:
+        if call.op.name != CONV2D:
+            return {}  # every other op follows its input's layout
+        kernel = _ty(call.args[1]).shape  # OIHW, as imported
+        out_channels, in_per_group = int(kernel[0]), int(kernel[1])
+        c_in, c_out = channel_block(in_per_group, block), channel_block(out_channels, block)
+        if int(call.attrs.groups) != 1 or c_out == 1:
+            return {CONV2D: ["NCHW", "OIHW"]}
+        return {CONV2D: [f"NCHW{c_in}c", f"OIHW{c_in}i{c_out}o", f"NCHW{c_out}c"]}
+
+    return desired
+
+
+def _other_blocks(mod: Any, block: int) -> dict[str, int]:
+    """How many conv2d calls run with channel blocks other than ``block``'s, per "in -> out" layout pair
+    (a 3-channel stem: "NCHW3c -> NCHW8c")."""
+    wanted = f"NCHW{block}c"
+    pairs: dict[str, int] = {}
+    for call in _op_calls(mod):
+        if call.op.name == CONV2D and _is_blocked(call):
+            pair = (str(call.attrs.data_layout), str(call.attrs.out_layout))
+            if pair != (wanted, wanted):
+                pairs[" -> ".join(pair)] = pairs.get(" -> ".join(pair), 0) + 1
+    return pairs
 
 
 def _legalize_blocked_convs(mod: Any) -> Any:
@@ -180,10 +204,9 @@ def _legalize_blocked_convs(mod: Any) -> Any:
         if not _is_blocked(call):  # as imported: the pipeline's LegalizeOps lowers it
             return call
         a = call.attrs
-        dtype = (call.ty if hasattr(call, "ty") else call.struct_info).dtype  # 0.27 renamed struct_info
         return bb.call_te(
             topi.nn.conv2d_NCHWc, call.args[0], call.args[1], a.strides, a.padding, a.dilation,
-            str(a.data_layout), str(a.out_layout), dtype, primfunc_name_hint="conv2d_NCHWc",
+            str(a.data_layout), str(a.out_layout), _ty(call).dtype, primfunc_name_hint="conv2d_NCHWc",
         )  # fmt: skip
 
     others = {call.op.name for call in _op_calls(mod)} - {CONV2D}
@@ -227,8 +250,7 @@ def layout_friendly(mod: Any) -> tuple[Any, dict[str, int]]:
         for field in fields.fields[1:]:
             out = pairwise[call.op.name](out, field)
         if call.op.name == "relax.mean":
-            dtype = (call.ty if hasattr(call, "ty") else call.struct_info).dtype  # 0.27 renamed struct_info
-            out = relax.op.divide(out, relax.const(len(fields.fields), dtype))
+            out = relax.op.divide(out, relax.const(len(fields.fields), _ty(call).dtype))
         counts["stacked_reductions"] += 1
         return out
 

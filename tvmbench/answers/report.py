@@ -276,6 +276,9 @@ def layout_line(layout: dict[str, Any]) -> str:
     if layout.get("grouped_kept"):
         kept = layout["grouped_kept"]
         text += f"; {kept} grouped conv2d run NCHW between layout transforms (TOPI has no grouped NCHWc)"
+    if layout.get("other_blocks"):
+        pairs = ", ".join(f"{n} {pair}" for pair, n in layout["other_blocks"].items())
+        text += f"; channels the block does not divide run in smaller blocks: {pairs}"
     if layout.get("other_convs"):
         text += f"; {layout['other_convs']} other convolution(s) (conv1d, conv3d, transposed) left as imported"
     rewritten = layout.get("rewritten") or {}
