@@ -295,7 +295,8 @@ def test_blocked_layouts_run_the_convolutions_as_nchwc_in_blocks_their_channels_
         for call in layouts._op_calls(out)
         if call.op.name == "relax.call_tir" and str(call.args[0].name_hint).startswith("conv2d_NCHWc")
     )  # the data and output of both: the stem writes the layout's block straight away
-    assert shapes == [[[1, 1, 16, 16, 3], [1, 16 // block, 16, 16, block]]] + [[[1, 16 // block, 16, 16, block]] * 2]
+    blocked = [1, 16 // block, 16, 16, block]
+    assert shapes == [[[1, 1, 16, 16, 3], blocked], [blocked, blocked]], shapes
     x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype("float32")
     expected = onnxruntime.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     target = tvm.target.Target("llvm")
