@@ -265,6 +265,16 @@ def test_a_model_without_conv2d_is_a_no_op_said_so() -> None:
     assert tvm_ffi.structural_equal(out, mod), "ConvertLayout changed a module without conv2d"
 
 
+@pytest.mark.parametrize(
+    ("channels", "block", "expected"),
+    [(64, 16, 16), (3, 8, 3), (3, 4, 3), (1000, 16, 8), (12, 8, 4), (24, 16, 8), (17, 8, 1), (8, 8, 8)],
+)
+def test_channel_block_is_the_block_where_it_divides_else_all_channels_or_their_common_divisor(
+    channels: int, block: int, expected: int
+) -> None:
+    assert layouts.channel_block(channels, block) == expected
+
+
 @pytest.mark.parametrize("layout", ["NCHW4c", "NCHW8c", "NCHW16c"])
 def test_blocked_layouts_run_the_convolutions_as_nchwc_in_blocks_their_channels_allow_and_stay_correct(
     layout: str,

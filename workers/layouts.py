@@ -188,9 +188,9 @@ def _other_blocks(mod: Any, block: int) -> dict[str, int]:
     pairs: dict[str, int] = {}
     for call in _op_calls(mod):
         if call.op.name == CONV2D and _is_blocked(call):
-            pair = (str(call.attrs.data_layout), str(call.attrs.out_layout))
-            if pair != (wanted, wanted):
-                pairs[" -> ".join(pair)] = pairs.get(" -> ".join(pair), 0) + 1
+            data, out = str(call.attrs.data_layout), str(call.attrs.out_layout)
+            if (data, out) != (wanted, wanted):
+                pairs[f"{data} -> {out}"] = pairs.get(f"{data} -> {out}", 0) + 1
     return pairs
 
 
