@@ -47,8 +47,10 @@ from tvmbench.core.records import LAYOUTS, Job
 CONV2D = "relax.nn.conv2d"
 # The channel block of each blocked layout (the floats of one vector register: NEON, AVX2, AVX-512).
 BLOCKED: dict[str, int] = {"NCHW4c": 4, "NCHW8c": 8, "NCHW16c": 16}
-# What ConvertLayout is given per layout: the feature map's and the kernel's layout of each op (a blocked
-# kernel: input-channel and output-channel blocks innermost, what topi.nn.conv2d_NCHWc reads).
+# The feature map's and the kernel's layout of each op per layout (a blocked kernel: input-channel and
+# output-channel blocks innermost, what topi.nn.conv2d_NCHWc reads). NHWC gives it to ConvertLayout as it
+# is; a blocked layout's is what a conv2d gets where the block divides its channels (``_per_conv`` decides
+# the others), and the provenance's ``desired``.
 DESIRED: dict[str, dict[str, list[str]]] = {
     "NHWC": {CONV2D: ["NHWC", "OHWI"]},
     **{name: {CONV2D: [name, f"OIHW{b}i{b}o"]} for name, b in BLOCKED.items()},
