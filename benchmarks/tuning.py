@@ -126,6 +126,7 @@ def figures(db: str, sweep_id: str) -> list[dict[str, Any]]:
         out.append(
             {
                 "model": r["model"],
+                "job_key": r["job_key"],
                 "executor": r["executor"],
                 "budget": budget,
                 "status": r["status"],
@@ -135,9 +136,10 @@ def figures(db: str, sweep_id: str) -> list[dict[str, Any]]:
                 "tuning_s": tuning_s,
                 "trials_run": trials,
                 "stopped_by": tuning.get("stopped_by"),
-                # The until rule's check builds: [trial, minutes, estimate ms, measured ms] each.
+                # The until rule's check builds: [trial, minutes, estimate ms, measured ms, ONNX Runtime ms timed
+                # beside the program (None: not timed)] each.
                 "checks": [
-                    [c.get("trial"), c.get("minutes"), c.get("estimate_ms"), c.get("measured_ms")]
+                    [c.get("trial"), c.get("minutes"), c.get("estimate_ms"), c.get("measured_ms"), c.get("baseline_ms")]
                     for c in tuning.get("checks") or []
                 ],
                 "trials_from_records": tuning.get("trials_from_records"),
@@ -258,7 +260,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             status += f"  candidates: compile {r['compile_s_each']:.2f} s, fence {r['fence_s_each']:.2f} s each"
         status += "".join(
             f"; check at trial {t} ({m:.1f} min): estimate {e:.4g}, measured {_f(ms, '.4g')} ms"
-            for t, m, e, ms in r.get("checks") or []
+            + (f" against ORT {b:.4g} beside it" if b is not None else "")
+            for t, m, e, ms, b in r.get("checks") or []
         )
         print(
             f"{r['model']:18} {config:27} {_f(r['median_ms'], '.4g'):>10} {ci:>20} {_f(r['x_ort'], '.3g'):>7} "
@@ -313,6 +316,12 @@ def main() -> None:
         help="sample each row until its median's 95%% CI half-width is within this fraction (0: --repeat samples)",
     )
     parser.add_argument("--db", default=None, help="results database URL (default: a fresh SQLite file)")
+    parser.add_argument(
+        "--paired",
+        type=int,
+        default=15,
+        help="after the sweep, time each tuned program and ONNX Runtime in turn for this many rounds (0: not)",
+    )
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
     args = parser.parse_args()
     args.cost_model = args.cost_model or default_cost_model()
@@ -341,8 +350,16 @@ def main() -> None:
     print_table(rows)
     kernels = kernel_tables(db, sweep_id) if args.kernels else {}
     print_kernels(kernels)
+    paired: list[dict[str, Any]] = []
+    if args.paired > 0:
+        from benchmarks.paired import paired_rows, print_paired
+        from workers.onnx_model import bundled_path
+
+        paths = {name: bundled_path(name) if bundled(name) else work / f"{name}.onnx" for name in models}
+        paired = paired_rows(rows, db, sweep_id, work / "home" / "artifacts", paths, args.number, args.paired)
+        print_paired(paired)
     if args.json:
-        print(json.dumps({"rows": rows, "kernels": kernels}, indent=2, default=str))
+        print(json.dumps({"rows": rows, "kernels": kernels, "paired": paired}, indent=2, default=str))
 
 
 if __name__ == "__main__":

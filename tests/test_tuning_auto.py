@@ -1,10 +1,11 @@
 """The auto budget for real: MetaSchedule tuning a tiny MLP (two matmul tasks) until a rule stops it.
 
 Each stop reason once, made deterministic: a trial cap past the first round (so the gradient phase runs),
-a tiny max_minutes, a plateau that any gain passes (gain = 1.0), a baseline far above any candidate
-(until), and a per-task cap that ends every task first (exhausted). These build through the VM builder
-with the in-process candidate builder (no Ray) against the real local farm; the last test runs a whole
-sweep (Ray, the farm, SQLite) where the auto build waits for the sweep's own onnxruntime job.
+a tiny max_minutes, a plateau that any gain passes (gain = 1.0), a number of ms far above any candidate
+(until), and a per-task cap that ends every task first (exhausted). The baseline's until rule, whose check
+times ONNX Runtime beside the program, has a test of its own. These build through the VM builder with the
+in-process candidate builder (no Ray) against the real local farm; the last test runs a whole sweep (Ray,
+the farm, SQLite) where the auto build waits for the sweep's own onnxruntime job.
 """
 
 from __future__ import annotations
@@ -141,20 +142,43 @@ def test_a_plateau_ends_it_once_its_window_is_measured(tmp_path: Path, local_far
     assert stop["to_ms"] <= stop["from_ms"] and stop["to_ms"] == t["curve"][-1][2]
 
 
-def test_until_ends_it_once_the_program_measures_at_the_baseline(
+def test_until_ends_it_once_the_program_measures_at_the_target(
     tmp_path: Path, local_farm: LocalFarm, mlp: Path
 ) -> None:
-    baseline = {"ms": 1e6, "source": "a baseline far above any candidate"}
-    t = tuned(tmp_path, local_farm, mlp, 'max_trials = 64\nuntil = "onnxruntime"', baseline)
+    # A number of ms far above any candidate: the check build times the program alone and it meets that.
+    t = tuned(tmp_path, local_farm, mlp, "max_trials = 64\nuntil = 1e6")
     assert t["stopped_by"] == "until" and t["trials_run"] == 4, t
     stop = t["stop"]
     assert stop["until_ms"] == 1e6 and 0 < stop["estimate_ms"] <= stop["estimate_target_ms"] == 1e6
-    assert t["auto"]["baseline"] == baseline and t["auto"]["until_ms"] == 1e6
+    assert t["auto"]["until_ms"] == 1e6 and "baseline_ms" not in stop
     # The estimate met the target, so the program was built and timed on the farm's board before stopping.
     (check,) = t["checks"]
     assert check["trial"] == 4 and check["estimate_ms"] == stop["estimate_ms"] and "error" not in check, check
     assert stop["met"] and stop["measured_ms"] == check["measured_ms"] and 0 < check["measured_ms"] <= 1e6
     assert 0 < check["minutes"] * 60 <= t["tuning_s"] and check["seconds"] > 0
+
+
+def test_a_check_times_onnxruntime_beside_the_program_and_holds_it_to_that(
+    tmp_path: Path, local_farm: LocalFarm, mlp: Path
+) -> None:
+    # The sweep's baseline says 1e6 ms, as if the board had been far slower when the sweep began: the estimate
+    # meets it at once, and the check times the board's ONNX Runtime again, in turn with the program. That
+    # median, not the stored one, is what the program must be at or below; whichever side wins on this
+    # machine, the stop follows it.
+    baseline = {"ms": 1e6, "source": "a baseline measured when the board was far slower"}
+    t = tuned(tmp_path, local_farm, mlp, 'max_trials = 8\nuntil = "onnxruntime"', baseline)
+    assert t["auto"]["baseline"] == baseline and t["auto"]["until_ms"] == 1e6
+    first, *later = t["checks"]
+    assert first["trial"] == 4 and first["target_ms"] == 1e6 and "error" not in first, first.get("error")
+    assert 0 < first["baseline_ms"] < 1e3 and 0 < first["measured_ms"] < 1e3, first  # a tiny MLP: not 1e6 ms
+    print(f"check: program {first['measured_ms']:.4g} ms, onnxruntime beside it {first['baseline_ms']:.4g} ms")
+    if first["measured_ms"] <= first["baseline_ms"]:
+        assert (t["stopped_by"], t["trials_run"], later) == ("until", 4, []), t
+        assert t["stop"]["met"] and t["stop"]["baseline_ms"] == first["baseline_ms"], t["stop"]
+    else:  # missed: searched on to the cap, or to an estimate at the baseline timed beside it, rescaled
+        assert t["trials_run"] > 4 and t["stopped_by"] in ("until", "max_trials"), t
+        target = first["baseline_ms"] * first["estimate_ms"] / first["measured_ms"]
+        assert all(c["target_ms"] == pytest.approx(target) for c in later[:1]), (target, later)
 
 
 def test_a_check_build_that_misses_goes_on_from_the_records(
@@ -166,7 +190,7 @@ def test_a_check_build_that_misses_goes_on_from_the_records(
     from workers.tuning import check
 
     measured = iter([1e6 * 1e9])
-    monkeypatch.setattr(check, "time_program", lambda *_args: next(measured))
+    monkeypatch.setattr(check, "time_program", lambda *_args: check.Timing(next(measured)))
     baseline = {"ms": 1e6, "source": "a baseline far above any candidate"}
     t = tuned(tmp_path, local_farm, mlp, 'max_trials = 10\nuntil = "onnxruntime"', baseline)
     assert (t["stopped_by"], t["stop"], t["trials_run"]) == ("max_trials", {"trials": 10, "max_trials": 10}, 10), t

@@ -50,13 +50,21 @@ class Searches:
                                      "measured": {"t0": 3}})()  # fmt: skip
 
 
+def timing(measured: float | tuple[float, float]) -> check.Timing:
+    """The board's word: the program's median, or (the program's, the baseline's timed beside it)."""
+    return check.Timing(*measured) if isinstance(measured, tuple) else check.Timing(measured)
+
+
 def checked(
-    monkeypatch: pytest.MonkeyPatch, measured: list[float], stops: list[dict[str, Any]], until: Any = "onnxruntime"
+    monkeypatch: pytest.MonkeyPatch,
+    measured: list[float | tuple[float, float]],
+    stops: list[dict[str, Any]],
+    until: Any = "onnxruntime",
 ) -> tuple[dict[str, Any], Searches, dict[str, int]]:
     """Run ``until_checked`` on a first until stop (estimate 1.8 ms, baseline 2 ms) with the board measuring
-    ``measured`` in turn and the search after each check stopping with ``stops`` in turn."""
+    ``measured`` in turn (see ``timing``) and the search after each check stopping with ``stops`` in turn."""
     times = iter(measured)
-    monkeypatch.setattr(check, "time_program", lambda *_args: next(times))
+    monkeypatch.setattr(check, "time_program", lambda *_args: timing(next(times)))
     stats = TuningStats()
     stats.record_batch("t0", [None, None], [1e-3, 0.9e-3])
     searches = Searches(list(stops))
@@ -129,6 +137,29 @@ def test_an_inactive_until_rule_is_never_checked(monkeypatch: pytest.MonkeyPatch
     given = until_stop(1.8, 2.0)
     assert check.until_checked(job(), TuningEnv(tracker="t"), given, TuningStats(), {}, None, {}, None,
                                export=lambda: b"") is given  # fmt: skip
+
+
+def test_the_baseline_timed_beside_the_program_is_its_bar(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The sweep's baseline said 2 ms; on the board now ONNX Runtime takes 2.6 and the program 2.3: met.
+    stop, searches, _ = checked(monkeypatch, [(2.3, 2.6)], [])
+    assert stop["stopped_by"] == "until" and not searches.envs
+    assert stop["stop"]["met"] and stop["stop"]["baseline_ms"] == 2.6 and stop["stop"]["until_ms"] == 2.0
+    assert stop["checks"][0]["baseline_ms"] == 2.6
+    assert stop_text(stop) == (
+        "until: measured 2.3 ms at or below ONNX Runtime's 2.6 ms timed beside it (kernel estimate 1.8 ms, 1 check "
+        "build; the sweep's baseline 2 ms)"
+    )
+    assert "measured 2.3 ms <= 2.6 (ONNX Runtime beside it)" in checks_line(stop["checks"])
+
+
+def test_a_miss_against_the_baseline_beside_it_recalibrates_from_that(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Below the stored 2 ms but above the 1.5 ms ONNX Runtime took beside it: searched on, and the estimate
+    # (1.8 ms for a program of 1.9) must reach 1.5 x 1.8 / 1.9.
+    stop, searches, _ = checked(monkeypatch, [(1.9, 1.5), (1.4, 1.5)], [until_stop(1.4, 1.42)])
+    (env,) = searches.envs
+    assert env.estimate_target_ms == pytest.approx(1.5 * 1.8 / 1.9)
+    assert [c["measured_ms"] for c in stop["checks"]] == [1.9, 1.4] and stop["stop"]["met"]
+    assert "measured 1.9 ms > 1.5 (ONNX Runtime beside it)" in checks_line(stop["checks"])
 
 
 def test_a_number_of_ms_is_checked_like_the_baseline(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -245,7 +245,7 @@ class RelaxVmBuilder:
                         from workers.tuning.stage import TuningEnv, tuned_lowering
 
                         env = request.tuning_env or TuningEnv(tracker="")
-                        lowered, target, tuning = tuned_lowering(job, mod, env, request.hold)
+                        lowered, target, tuning = tuned_lowering(job, mod, env, request.hold, request.model_data)
                     else:
                         lowered = run_pipeline(job, mod, target)
                         shared = Lowering(

@@ -9,6 +9,12 @@ it and times it on a board (``time_program``); only a measured median at or belo
 search. Otherwise the estimate's target is scaled by what this check found (``recalibrated``) and the
 search goes on from the records it stored, at most ``MAX_CHECKS`` times in a build (the time and trial
 rules still bound it).
+
+The baseline's median was measured when the sweep began, often many minutes before a check; a shared
+machine drifts more than that in an hour (ONNX Runtime's median on one board went 4.0 -> 6.1 ms). So when
+the until rule names the baseline and the board's agent runs ONNX Runtime, the check times the baseline
+again in turn with the program, repeat by repeat on the same board, and compares the two medians it
+took (``Timing``): the drift is in both. The baseline's stored median stays the rule's provenance.
 """
 
 from __future__ import annotations
@@ -39,29 +45,48 @@ class Check:
     measured_ms: float | None  # the program's median on the board; None when the check failed
     seconds: float  # building and timing it
     error: str | None = None
+    # The baseline's median timed in turn with the program on the same board; None: not timed (a number
+    # of ms asked, or a board without ONNX Runtime), and the program is held to ``until_ms``.
+    baseline_ms: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None or k == "measured_ms"}
 
     @property
+    def bar_ms(self) -> float:
+        """What the program had to be at or below: the baseline timed beside it, else ``until_ms``."""
+        return self.baseline_ms if self.baseline_ms is not None else self.until_ms
+
+    @property
     def met(self) -> bool:
-        """Whether the measured program is at or below the until target."""
-        return self.measured_ms is not None and self.measured_ms <= self.until_ms
+        """Whether the measured program is at or below its bar."""
+        return self.measured_ms is not None and self.measured_ms <= self.bar_ms
 
 
-def recalibrated(until_ms: float, estimate_ms: float, measured_ms: float) -> float:
-    """The estimate's new target: ``until_ms`` scaled by the estimate / measured ratio this check found.
+@dataclass(frozen=True)
+class Timing:
+    """A check's medians: the program, and the baseline timed in turn with it (None: not timed)."""
 
-    The estimate must reach what, at that ratio, the program's ``until_ms`` is.
+    program_ms: float
+    baseline_ms: float | None = None
+
+
+def recalibrated(bar_ms: float, estimate_ms: float, measured_ms: float) -> float:
+    """The estimate's new target: ``bar_ms`` (the check's ``Check.bar_ms``) scaled by the estimate / measured
+    ratio this check found: the estimate must reach what, at that ratio, the program's bar is.
     """
-    return until_ms * estimate_ms / measured_ms
+    return bar_ms * estimate_ms / measured_ms
 
 
-def time_program(job: Job, env: Any, data: bytes, build_hold: Any = None) -> float:
+def time_program(
+    job: Job, env: Any, data: bytes, build_hold: Any = None, baseline_model: bytes | None = None
+) -> Timing:
     """The median ms of the exported program ``data`` on a board of the job's key (``env``: its TuningEnv).
 
     Timed as the measure stage times (``job.measure``'s number, min_repeat_ms and cooldown) on seeded inputs,
     ``CHECK_REPEATS`` repeats, under the host fence's timing hold; the build's own hold is let go of meanwhile.
+    With ``baseline_model`` (the ONNX bytes) and an until rule naming ONNX Runtime, each repeat of the
+    program is followed by one of the model under the board's ONNX Runtime (``Timing.baseline_ms``).
     """
     import hashlib
 
@@ -83,6 +108,7 @@ def time_program(job: Job, env: Any, data: bytes, build_hold: Any = None) -> flo
     ranges = {n: (lo, hi) for n, lo, hi in job.model.value_ranges}
     inputs = seeded_inputs(job.model.inputs, job.measure.seed, ranges)
     paused = build_hold.paused() if build_hold is not None else contextlib.nullcontext()
+    paired = baseline_model if job.tuning_auto is not None and job.tuning_auto.until == "onnxruntime" else None
     with paused:
         session = request_session(
             env.tracker,
@@ -95,25 +121,69 @@ def time_program(job: Job, env: Any, data: bytes, build_hold: Any = None) -> flo
             dev = device(session.remote, job)
             vm = load_vm(session.remote, data, hashlib.sha256(data).hexdigest(), dev)
             args = [tvm.runtime.tensor(inputs[n], dev) for n, _, _ in job.model.inputs]
-            samples = time_evaluator_timer(vm, dev, job.measure, args)(CHECK_REPEATS)
-        del vm, args, session
-    return statistics.median(samples)
+            program = time_evaluator_timer(vm, dev, job.measure, args)
+            baseline = baseline_timer(session.remote, job, paired, inputs) if paired else None
+            program_ms: list[float] = []
+            baseline_ms: list[float] = []
+            for _ in range(CHECK_REPEATS):  # in turn, so that a drift of the board is in both
+                program_ms += program(1)
+                if baseline is not None:
+                    baseline_ms += baseline()
+        del vm, args, session, program, baseline
+    return Timing(statistics.median(program_ms), statistics.median(baseline_ms) if baseline_ms else None)
 
 
-def check_program(job: Job, env: Any, export: Callable[[], bytes], build_hold: Any, **point: Any) -> Check:
+def baseline_timer(remote: Any, job: Job, model: bytes, inputs: dict[str, Any]) -> Callable[[], list[float]] | None:
+    """One sample of ``model`` under the board's ONNX Runtime per call (None: the board's agent has none).
+
+    Each call opens a fresh session on the board (untimed, with its warm-up run), as the baseline job does.
+    """
+    import hashlib
+    import json
+
+    import tvm
+
+    try:
+        run = remote.get_function("tvmbench.onnxruntime")
+    except Exception:  # a stock TVM RPC server: the program is held to the stored median
+        return None
+    name = f"tvmbench-{hashlib.sha256(model).hexdigest()[:16]}.onnx"
+    remote.upload(bytearray(model), name)  # bytes would be read as a path
+    names = [n for n, _, _ in job.model.inputs]
+    cpu = remote.cpu(0)  # ONNX Runtime reads its inputs on the board's host, whatever the program's device
+    args = [tvm.runtime.tensor(inputs[n], cpu) for n in names]
+    if not json.loads(run(name, job.measure.number, 1, json.dumps(names), *args)).get("available"):
+        return None
+
+    def timer() -> list[float]:
+        return [float(x) for x in json.loads(run(name, job.measure.number, 1, json.dumps(names), *args))["samples_ms"]]
+
+    return timer
+
+
+def check_program(
+    job: Job, env: Any, export: Callable[[], bytes], build_hold: Any, baseline_model: bytes | None, **point: Any
+) -> Check:
     """Build (``export()``: the program's bytes) and time the program; a failure is a Check with its error.
 
-    ``point``: the Check's trial, minutes, estimate_ms, target_ms and until_ms.
+    ``baseline_model``: the ONNX bytes, to time the baseline beside it (see ``time_program``); ``point``: the
+    Check's trial, minutes, estimate_ms, target_ms and until_ms.
     """
     from tvmbench.core.errors import one_line
 
     started = time.perf_counter()
     try:
-        measured: float | None = time_program(job, env, export(), build_hold)
+        timing: Timing | None = time_program(job, env, export(), build_hold, baseline_model)
         error = None
     except Exception as exc:  # a check that cannot run leaves the estimate's word: said, not raised
-        measured, error = None, one_line(exc)
-    return Check(measured_ms=measured, seconds=time.perf_counter() - started, error=error, **point)
+        timing, error = None, one_line(exc)
+    return Check(
+        measured_ms=timing.program_ms if timing else None,
+        baseline_ms=timing.baseline_ms if timing else None,
+        seconds=time.perf_counter() - started,
+        error=error,
+        **point,
+    )
 
 
 def program_bytes(job: Job, fused: Any, db: Any, target: Any, back: Any) -> bytes:
@@ -152,12 +222,14 @@ def until_checked(
     build_hold: Any,
     *,
     export: Callable[[], bytes],
+    baseline_model: bytes | None = None,
 ) -> dict[str, Any]:
     """The search's until stop, checked on a board (see the module docstring): the stop's provenance with
     ``checks``, the search gone on from each check that the program missed.
 
     ``stop``: the search's ``auto``, ``stopped_by`` and ``stop``; ``search_once(env, stored_best)``: search
-    again (a ``Searched``); ``measured``: trials per task, brought up to date after each search.
+    again (a ``Searched``); ``measured``: trials per task, brought up to date after each search;
+    ``baseline_model``: the ONNX bytes, for the baseline timed beside each check.
     """
     from dataclasses import replace
 
@@ -175,6 +247,7 @@ def until_checked(
             env,
             export,
             build_hold,
+            baseline_model,
             trial=len(stats.trials_so_far()),
             minutes=(time.perf_counter() - stats.started) / 60.0,
             estimate_ms=float(values["estimate_ms"]),
@@ -184,7 +257,7 @@ def until_checked(
         checks.append(check)
         if check.met or check.measured_ms is None or len(checks) >= MAX_CHECKS:
             break
-        target = recalibrated(until_ms, check.estimate_ms, check.measured_ms)
+        target = recalibrated(check.bar_ms, check.estimate_ms, check.measured_ms)
         searched = search_once(replace(env, estimate_target_ms=target), best_times(stats.trials_so_far(), stored_best))
         # Every search's trials are in ``stats`` (a parallel search's groups' too): counted there, once.
         counted = Counter(task for _, task, _ in stats.trials_so_far())
@@ -201,6 +274,7 @@ def until_checked(
             "estimate_target_ms": last.target_ms,
             "until_ms": until_ms,
             "measured_ms": last.measured_ms,
+            **({"baseline_ms": last.baseline_ms} if last.baseline_ms is not None else {}),
             "met": last.met,
             **({"check_error": last.error} if last.error else {}),
         }

@@ -150,12 +150,16 @@ def _stored_stop(job: Job, infos: list[Any], stored_best: dict[str, float | None
     return state.stored_stop() is not None
 
 
-def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -> tuple[Any, Any, dict[str, Any]]:
+def tuned_lowering(
+    job: Job, mod: Any, env: TuningEnv, build_hold: Any = None, baseline_model: bytes | None = None
+) -> tuple[Any, Any, dict[str, Any]]:
     """Tune ``job`` and lower its module with the records: (lowered module, target, provenance).
 
     Must run inside the job's PassContext. ``build_hold`` (a ``workers.fence.Hold``) stays held while this
     thread searches and learns, and is let go of while it waits for candidates to build or be timed, so that
     this build neither fences out its own timings nor runs its search during them (workers/tuning/runner.py).
+    ``baseline_model``: the ONNX bytes, for the until rule's check builds to time ONNX Runtime beside the
+    program (workers/tuning/check.py).
     """
     import tvm
     from tvm import relax
@@ -255,7 +259,7 @@ def tuned_lowering(job: Job, mod: Any, env: TuningEnv, build_hold: Any = None) -
             if stop["stopped_by"] == "until":
                 stop = until_checked(
                     job, env, stop, stats, stored_best, search_once, measured, build_hold,
-                    export=lambda: program_bytes(job, fused, db, target, back),
+                    export=lambda: program_bytes(job, fused, db, target, back), baseline_model=baseline_model,
                 )  # fmt: skip
     tuning_s = time.perf_counter() - started
 
