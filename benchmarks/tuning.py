@@ -184,12 +184,13 @@ def _budget_order(budget: int | str) -> int:
 
 def kernel_tables(db: str, sweep_id: str) -> dict[str, list[dict[str, Any]]]:
     """Per model (and layout, with ``--layouts``): each kernel's ms per run untuned and in the most-tuned
-    vm-bytecode build (``--kernels``)."""
+    vm-bytecode build (``--kernels``), and what its task's best record says it takes alone (weight x best)."""
     from db.store import ResultStore
     from tvmbench.answers import query
 
     store = ResultStore(db)
     profiles: dict[str, dict[int, dict[str, float]]] = {}
+    alone: dict[str, dict[int, dict[str, float]]] = {}
     for r in query.results(store, sweep_id):
         if r["executor"] != "vm-bytecode" or r["status"] != "ok":
             continue
@@ -202,10 +203,16 @@ def kernel_tables(db: str, sweep_id: str) -> dict[str, list[dict[str, Any]]]:
             # With --layouts each layout is a program of its own: its profile beside its own untuned one.
             name = f"{r['model']} {r['layout']}" if r.get("layout") else r["model"]
             profiles.setdefault(name, {})[_budget_order(budget)] = kernels
+            # MetaSchedule timed each task's kernel alone, its inputs hot in cache: the estimate's terms.
+            tasks = ((detail.get("build") or {}).get("tuning") or {}).get("tasks") or []
+            alone.setdefault(name, {})[_budget_order(budget)] = {
+                t["name"]: t["best_us"] * t["weight"] / 1e3 for t in tasks if t.get("best_us")
+            }
     store.close()
     tables = {}
     for model, by_budget in profiles.items():
         untuned, tuned = by_budget.get(0, {}), by_budget[max(by_budget)] if len(by_budget) > 1 else {}
+        by_itself = alone[model].get(max(by_budget), {}) if len(by_budget) > 1 else {}
         total = sum(tuned.values()) or 1.0
         names = sorted(set(untuned) | set(tuned), key=lambda n: -tuned.get(n, untuned.get(n, 0.0)))
         tables[model] = [
@@ -215,6 +222,7 @@ def kernel_tables(db: str, sweep_id: str) -> dict[str, list[dict[str, Any]]]:
                 "tuned_ms": tuned.get(n),
                 "share_of_tuned": (tuned[n] / total) if n in tuned else None,
                 "speedup": (untuned[n] / tuned[n]) if tuned.get(n) and untuned.get(n) else None,
+                "alone_ms": by_itself.get(n),
             }
             for n in names
         ]
@@ -225,16 +233,24 @@ def print_kernels(tables: dict[str, list[dict[str, Any]]], top: int = 12) -> Non
     """Where the tuned program's time goes, kernel by kernel, beside the untuned build's."""
     for model, rows in tables.items():
         print(f"\n{model}: per-kernel ms per run (vm-bytecode, board-timed), heaviest tuned kernels first")
-        print(f"  {'kernel':44} {'untuned':>9} {'tuned':>9} {'x':>7} {'share':>6}")
+        print(f"  {'kernel':44} {'untuned':>9} {'tuned':>9} {'x':>7} {'share':>6} {'alone':>9} {'in/alone':>8}")
         for r in rows[:top]:
             share = "-" if r["share_of_tuned"] is None else f"{r['share_of_tuned'] * 100:.0f}%"
+            ratio = r["tuned_ms"] / r["alone_ms"] if r["tuned_ms"] and r["alone_ms"] else None
             print(
                 f"  {r['kernel'][:44]:44} {_f(r['untuned_ms'], '.4g'):>9} {_f(r['tuned_ms'], '.4g'):>9} "
-                f"{_f(r['speedup'], '.3g'):>7} {share:>6}"
+                f"{_f(r['speedup'], '.3g'):>7} {share:>6} {_f(r['alone_ms'], '.4g'):>9} {_f(ratio, '.3g'):>8}"
             )
         if len(rows) > top:
             rest = sum(r["tuned_ms"] or 0.0 for r in rows[top:])
-            print(f"  ... {len(rows) - top} more kernels: {rest:.4g} ms tuned")
+            rest_alone = sum(r["alone_ms"] or 0.0 for r in rows[top:])
+            print(f"  ... {len(rows) - top} more kernels: {rest:.4g} ms tuned, {rest_alone:.4g} ms alone")
+        tuned = sum(r["tuned_ms"] or 0.0 for r in rows)
+        timed = sum(r["alone_ms"] or 0.0 for r in rows)
+        print(
+            f"  all kernels: {tuned:.4g} ms in the program, {timed:.4g} ms alone (the tuning estimate's terms); "
+            "alone: the task's best record x its calls, timed by MetaSchedule with its inputs hot in cache"
+        )
 
 
 def _f(value: Any, spec: str = ".3g") -> str:
