@@ -171,3 +171,49 @@ def test_old_builds_without_checks_read_as_before() -> None:
     old = {"stopped_by": "until", "stop": {"estimate_ms": 0.12, "until_ms": 0.15}}
     assert stop_text(old) == "until: kernel estimate 0.12 ms at or below 0.15 ms"
     assert checks_line(None) is None
+
+
+class Remote:
+    """A board's RPC session as ``baseline_timer`` sees it: ONNX Runtime answering ``answers`` in turn."""
+
+    def __init__(self, answers: list[dict[str, Any]] | None) -> None:
+        self.answers, self.uploaded, self.calls = answers, [], []
+
+    def get_function(self, name: str) -> Any:
+        if self.answers is None:
+            raise AttributeError(f"function {name} not found")  # a stock TVM RPC server
+        return self.run
+
+    def run(self, *args: Any) -> str:
+        import json
+
+        self.calls.append(args[:4])
+        return json.dumps(self.answers.pop(0))
+
+    def upload(self, data: Any, name: str) -> None:
+        self.uploaded.append((type(data), name))
+
+    def cpu(self, _index: int) -> Any:
+        import tvm
+
+        return tvm.cpu(0)
+
+
+def test_the_baseline_timer_runs_the_uploaded_model_one_sample_a_call() -> None:
+    import numpy as np
+
+    remote = Remote([{"available": True, "samples_ms": [0.5]}, {"available": True, "samples_ms": [0.25]}])
+    timer = check.baseline_timer(remote, job(), b"onnx", {"x": np.zeros((1, 4), "float32")})
+    assert timer is not None and timer() == [0.25]
+    ((kind, name),) = remote.uploaded
+    assert kind is bytearray and name.startswith("tvmbench-") and name.endswith(".onnx")  # bytes read as a path
+    assert remote.calls == [(name, 10, 1, '["x"]')] * 2  # the probe, then one sample of `number` runs
+
+
+@pytest.mark.parametrize(
+    "answers", [None, [{"available": False, "reason": "onnxruntime is not installed on this board"}]]
+)
+def test_a_board_without_onnxruntime_leaves_the_stored_median(answers: list[dict[str, Any]] | None) -> None:
+    import numpy as np
+
+    assert check.baseline_timer(Remote(answers), job(), b"onnx", {"x": np.zeros((1, 4), "float32")}) is None
