@@ -88,8 +88,9 @@ def test_a_tuned_job_under_the_fold_tunes_no_batch_norm(model: Path, tmp_path: P
     assert tasks["per-target-fold-bn"] and not any("batch_norm" in name for name in tasks["per-target-fold-bn"])
 
 
-def test_constants_are_folded_first_so_that_broadcast_weights_fold_too() -> None:
-    """The importer gives ConstantOfShape weights (the onnx package's light models) as broadcast_to(const)."""
+def test_broadcast_weights_and_a_biased_convolution_fold_too() -> None:
+    """The importer gives ConstantOfShape weights (the onnx package's light models) as broadcast_to(const),
+    and a convolution's bias as an add between it and the batch norm: TVM's pass alone folds neither."""
     import tvm
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
@@ -98,5 +99,28 @@ def test_constants_are_folded_first_so_that_broadcast_weights_fold_too() -> None
 
     mod = from_onnx(model_zoo.conv_bn(), keep_params_in_input=False)
     assert "R.broadcast_to" in mod.script() and mod.script().count("R.nn.batch_norm") == 2
-    assert relax.transform.FoldBatchnormToConv2D()(mod).script().count("R.nn.batch_norm") == 1  # TVM's pass alone
-    assert tvm.transform.Sequential(fold_batch_norm_passes())(mod).script().count("R.nn.batch_norm") == 0
+    assert relax.transform.FoldBatchnormToConv2D()(mod).script().count("R.nn.batch_norm") == 2  # TVM's pass alone
+    folded = tvm.transform.Sequential(fold_batch_norm_passes())(mod)
+    assert folded.script().count("R.nn.batch_norm") == 0 and folded.script().count("R.nn.conv2d") == 2
+
+
+def test_the_folded_biased_convolution_computes_what_onnx_runtime_does() -> None:
+    """The fold's arithmetic (scaled weights, the bias scaled and shifted) on random weights, on this machine."""
+    import numpy as np
+    import onnxruntime
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from workers.fold_bn import fold_batch_norm_after_conv_bias
+
+    proto = model_zoo.conv_bn(seed=3)
+    mod = tvm.transform.Sequential([relax.transform.FoldConstant(), fold_batch_norm_after_conv_bias()])(
+        from_onnx(proto, keep_params_in_input=False)
+    )
+    assert mod.script().count("R.nn.batch_norm") == 1  # the biased one folded, the other left to TVM's pass
+    x = np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype("float32")
+    want = onnxruntime.InferenceSession(proto.SerializeToString()).run(None, {"x": x})[0]
+    vm = relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x)).numpy()
+    assert np.abs(got - want).max() <= 1e-4 * max(1.0, float(np.abs(want).max())), np.abs(got - want).max()

@@ -11,6 +11,12 @@ from typing import Any
 from tvmbench.core.records import Job
 
 
+def relax_type(expr: Any) -> Any:
+    """A Relax expression's type: ``ty`` since TVM 0.27, ``struct_info`` in the releases before (the
+    passes here run in a toolchain child of another release too)."""
+    return expr.ty if hasattr(expr, "ty") else expr.struct_info
+
+
 @functools.cache
 def tvm_versions() -> tuple[str, str]:
     """(apache-tvm, apache-tvm-ffi) versions of this process.

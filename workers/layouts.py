@@ -43,6 +43,7 @@ from typing import Any
 
 from tvmbench.core.errors import one_line
 from tvmbench.core.records import LAYOUTS, Job
+from workers.build_common import relax_type
 
 CONV2D = "relax.nn.conv2d"
 # The channel block of each blocked layout (the floats of one vector register: NEON, AVX2, AVX-512).
@@ -149,11 +150,6 @@ def convert(mod: Any, layout: str) -> tuple[Any, dict[str, Any]]:
     return out, provenance
 
 
-def _ty(expr: Any) -> Any:
-    """A Relax expression's type: ``ty`` since 0.27, ``struct_info`` in the releases before."""
-    return expr.ty if hasattr(expr, "ty") else expr.struct_info
-
-
 def _is_blocked(call: Any) -> bool:
     """Whether a conv2d call's feature map has a channel block (5 axes: "NCHW8c"), not 4 ("NCHW")."""
     return len(str(call.attrs.data_layout)) > 4
@@ -173,7 +169,7 @@ def _per_conv(block: int) -> Any:
     def desired(call: Any) -> dict[str, list[str]]:
         if call.op.name != CONV2D:
             return {}  # every other op follows its input's layout
-        kernel = _ty(call.args[1]).shape  # OIHW, as imported
+        kernel = relax_type(call.args[1]).shape  # OIHW, as imported
         out_channels, in_per_group = int(kernel[0]), int(kernel[1])
         c_in, c_out = channel_block(in_per_group, block), channel_block(out_channels, block)
         if int(call.attrs.groups) != 1 or c_out == 1:
@@ -208,7 +204,7 @@ def _legalize_blocked_convs(mod: Any) -> Any:
         a = call.attrs
         return bb.call_te(
             topi.nn.conv2d_NCHWc, call.args[0], call.args[1], a.strides, a.padding, a.dilation,
-            str(a.data_layout), str(a.out_layout), _ty(call).dtype, primfunc_name_hint="conv2d_NCHWc",
+            str(a.data_layout), str(a.out_layout), relax_type(call).dtype, primfunc_name_hint="conv2d_NCHWc",
         )  # fmt: skip
 
     others = {call.op.name for call in _op_calls(mod)} - {CONV2D}
@@ -252,7 +248,7 @@ def layout_friendly(mod: Any) -> tuple[Any, dict[str, int]]:
         for field in fields.fields[1:]:
             out = pairwise[call.op.name](out, field)
         if call.op.name == "relax.mean":
-            out = relax.op.divide(out, relax.const(len(fields.fields), _ty(call).dtype))
+            out = relax.op.divide(out, relax.const(len(fields.fields), relax_type(call).dtype))
         counts["stacked_reductions"] += 1
         return out
 

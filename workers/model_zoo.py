@@ -193,10 +193,12 @@ def small_convnet(seed: int = 0, size: int = 64, channels: int = 16) -> onnx.Mod
 
 
 def conv_bn(seed: int = 0, channels: int = 8) -> onnx.ModelProto:
-    """x[1,3,16,16] -> Conv (no bias) -> BatchNormalization -> Relu, twice -> GlobalAveragePool -> Flatten:
+    """x[1,3,16,16] -> Conv -> BatchNormalization -> Relu, twice -> GlobalAveragePool -> Flatten:
     convolutions followed by batch norms as in ResNet and ShuffleNet (the "per-target-fold-bn" pipeline's
-    model). The second convolution's weights come from a ConstantOfShape node, as in the onnx package's
-    light_* models (which the importer turns into a ``broadcast_to`` of a constant)."""
+    model). The first convolution has a bias, as light_shufflenet's stem (the importer puts its add between
+    the convolution and the batch norm); the second has none, and its weights come from a ConstantOfShape
+    node, as in the onnx package's light_* models (which the importer turns into a ``broadcast_to`` of a
+    constant)."""
     rng = np.random.default_rng(seed)
     shape = numpy_helper.from_array(np.array([channels, channels, 3, 3], dtype=np.int64), "w1_shape")
     fill = numpy_helper.from_array(np.array([0.05], dtype=np.float32), "value")
@@ -204,12 +206,12 @@ def conv_bn(seed: int = 0, channels: int = 8) -> onnx.ModelProto:
     inits, x = [shape], "x"
     for i, c_in in enumerate((3, channels)):
         nodes += [
-            helper.make_node("Conv", [x, f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1]),
+            helper.make_node("Conv", [x, f"w{i}", *(["cb0"] if i == 0 else [])], [f"c{i}"], pads=[1, 1, 1, 1]),
             helper.make_node("BatchNormalization", [f"c{i}", f"s{i}", f"b{i}", f"m{i}", f"v{i}"], [f"n{i}"]),
             helper.make_node("Relu", [f"n{i}"], [f"r{i}"]),
         ]
         inits += [
-            *([_init(rng, f"w{i}", (channels, c_in, 3, 3), 0.3)] if i == 0 else []),
+            *([_init(rng, f"w{i}", (channels, c_in, 3, 3), 0.3), _init(rng, "cb0", (channels,))] if i == 0 else []),
             _init(rng, f"s{i}", (channels,)),
             _init(rng, f"b{i}", (channels,)),
             _init(rng, f"m{i}", (channels,), 0.1),
