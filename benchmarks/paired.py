@@ -6,14 +6,26 @@ minutes later, and on a shared machine ONNX Runtime's median moved 4.0 -> 6.1 ms
 rotating order, with the board's thread count: a drift lands in all of them, and each program's ratio is
 taken of medians measured side by side. ONNX Runtime runs through the board agent's own function (a fresh
 session per round, its warm-up untimed) and the programs through the VM's time evaluator, as on the board.
+
+`benchmarks/tuning.py` runs it after its sweep (`--paired 15`); on its own it re-times a finished
+benchmark sweep from the paths that one printed:
+
+    python benchmarks/paired.py --db sqlite:////tmp/tvmbench-tuning-bench-XXXX/results.db --sweep SWEEP_ID
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as `python benchmarks/paired.py`, as the docstring says
+    sys.path.insert(0, str(ROOT))
 
 BASELINE = "onnxruntime"
 
@@ -134,3 +146,39 @@ def print_paired(rows: list[dict[str, Any]]) -> None:
         "/ORT here: median over ONNX Runtime's median of the same rounds (each round times every row once, the "
         "order rotated); sweep ms: the row's median in the sweep, its baseline timed at the sweep's start."
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", required=True, help="the benchmark sweep's results database URL")
+    parser.add_argument("--sweep", required=True, help="its sweep id")
+    parser.add_argument(
+        "--home", default=None, help="its TVMBENCH_HOME, for the artifacts (default: 'home' beside a SQLite --db)"
+    )
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--number", type=int, default=10, help="runs per sample, as the sweep's [measure] number")
+    args = parser.parse_args()
+    if args.home is None and not args.db.startswith("sqlite:///"):
+        parser.error("--home: give the sweep's TVMBENCH_HOME (its artifacts are there)")
+    home = Path(args.home) if args.home else Path(args.db.removeprefix("sqlite:///")).parent / "home"
+
+    import onnx
+
+    from benchmarks.tuning import bundled, figures
+    from workers import model_zoo
+    from workers.onnx_model import bundled_path
+
+    rows = figures(args.db, args.sweep)
+    work = Path(tempfile.mkdtemp(prefix="tvmbench-paired-"))
+    paths: dict[str, Path] = {}
+    for name in sorted({r["model"] for r in rows}):
+        if bundled(name):
+            paths[name] = bundled_path(name)
+        elif hasattr(model_zoo, name):  # the benchmark's own models, made again from their seed
+            onnx.save(getattr(model_zoo, name)(), work / f"{name}.onnx")
+            paths[name] = work / f"{name}.onnx"
+    print_paired(paired_rows(rows, args.db, args.sweep, home / "artifacts", paths, args.number, args.rounds))
+
+
+if __name__ == "__main__":
+    main()

@@ -24,6 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as `python benchmarks/tuning.py`, as the README says: benchmarks.paired
+    sys.path.insert(0, str(ROOT))
+
 
 def bundled(name: str) -> bool:
     """Whether ``name`` is one of the onnx package's light models (light_squeezenet, light_resnet50, ...)."""

@@ -29,7 +29,7 @@ from tests.conftest import one_error_line, write_sweep
 from tvmbench.cli import app
 from tvmbench.core.records import LAYOUTS
 from workers import layouts, model_zoo
-from workers.build_common import tvm_versions
+from workers.build_common import relax_type, tvm_versions
 
 runner = CliRunner()
 
@@ -301,7 +301,7 @@ def test_blocked_layouts_run_the_convolutions_as_nchwc_in_blocks_their_channels_
     kernels = [str(g.name_hint) for g, f in out.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
     assert sum(k.startswith("conv2d_NCHWc") for k in kernels) == 2, kernels
     shapes = sorted(
-        [[int(d) for d in layouts._ty(t).shape] for t in (call.args[1].fields[0], call)]
+        [[int(d) for d in relax_type(t).shape] for t in (call.args[1].fields[0], call)]
         for call in layouts._op_calls(out)
         if call.op.name == "relax.call_tir" and str(call.args[0].name_hint).startswith("conv2d_NCHWc")
     )  # the data and output of both: the stem writes the layout's block straight away
