@@ -246,3 +246,19 @@ def test_dashboard_job_page_plots_the_curve(curve_store: dict) -> None:
             assert status == 404 and "no tuning curve" in body
     finally:
         reader.close()
+
+
+def test_the_curve_marks_each_check_and_the_baseline_timed_beside_it() -> None:
+    from tvmbench.answers.tuning import curve_figure
+
+    checks = [
+        {"trial": 20, "minutes": 1.0, "measured_ms": 2.4, "baseline_ms": 2.0},
+        {"trial": 50, "minutes": 3.0, "measured_ms": 1.9},  # an older check, or a board without ONNX Runtime
+    ]
+    fig = curve_figure(made_curve(), "t", 1.8, 0.9, checks)
+    by_trial, by_time = fig.axes
+    marks = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in by_trial.get_lines()}
+    assert marks["check build (measured program)"] == ([20, 50], [2.4, 1.9])
+    assert marks["ONNX Runtime beside the check"] == ([20], [2.0])
+    beside = next(line for line in by_time.get_lines() if line.get_label() == "ONNX Runtime beside the check")
+    assert list(beside.get_xdata()) == [1.0]  # the minutes panel places it by minutes

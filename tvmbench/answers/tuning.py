@@ -307,7 +307,8 @@ def curve_figure(
 ) -> Figure:
     """The tuning curve against trials (left) and tuning minutes (right), the build's measured median
     dotted and ONNX Runtime's dashed when known: where the estimate ends up against what was measured.
-    ``checks``: the until rule's check builds (provenance ``checks``), each a cross at what it measured."""
+    ``checks``: the until rule's check builds (provenance ``checks``), each a cross at what it measured, and
+    a plus at ONNX Runtime's median timed beside it when it was."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
@@ -327,6 +328,9 @@ def curve_figure(
         if timed:
             at = [c["trial"] if xs is trials else c["minutes"] for c in timed]
             ax.plot(at, [c["measured_ms"] for c in timed], "x", color="#c33", label="check build (measured program)")
+            beside = [(x, c["baseline_ms"]) for x, c in zip(at, timed, strict=True) if c.get("baseline_ms") is not None]
+            if beside:  # the baseline the check timed in turn with the program: the bar it was held to
+                ax.plot(*zip(*beside, strict=True), "+", color="#555", label="ONNX Runtime beside the check")
         if onnxruntime_ms is not None:
             name = " / ".join(baseline_names())
             ax.axhline(onnxruntime_ms, linestyle="--", color="#555", label=f"{name} {onnxruntime_ms:.4g} ms")
