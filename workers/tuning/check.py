@@ -92,6 +92,7 @@ def time_program(
 
     import tvm
 
+    from workers.executors.registry import baseline_names
     from workers.fence import Fence
     from workers.onnx_model import seeded_inputs
     from workers.sampling import time_evaluator_timer
@@ -108,7 +109,8 @@ def time_program(
     ranges = {n: (lo, hi) for n, lo, hi in job.model.value_ranges}
     inputs = seeded_inputs(job.model.inputs, job.measure.seed, ranges)
     paused = build_hold.paused() if build_hold is not None else contextlib.nullcontext()
-    paired = baseline_model if job.tuning_auto is not None and job.tuning_auto.until == "onnxruntime" else None
+    # The until rule names a baseline executor (not a number of ms): time it beside the program.
+    paired = baseline_model if job.tuning_auto is not None and job.tuning_auto.until in baseline_names() else None
     with paused:
         session = request_session(
             env.tracker,
