@@ -25,6 +25,25 @@ from workers.sampling import SamplingPlan, sample
 from workers.tracker_client import Session
 
 
+def board_function(remote: Any) -> Any | None:
+    """The board agent's ``tvmbench.onnxruntime`` (None: a stock TVM RPC server, which has none)."""
+    try:
+        return remote.get_function("tvmbench.onnxruntime")
+    except Exception:
+        return None
+
+
+def model_file_name(sha256: str) -> str:
+    """The name an ONNX model is uploaded under in the board's session folder (one per model)."""
+    return f"tvmbench-{sha256[:16]}.onnx"
+
+
+def run_on_board(run_fn: Any, name: str, number: int, repeat: int, names: list[str], args: list[Any]) -> Any:
+    """The agent's answer for the uploaded model ``name``: ``available`` (with ``reason``), ``samples_ms``
+    (``repeat`` means of ``number`` runs each, after an untimed warm-up in a fresh session) and ``outputs``."""
+    return json.loads(run_fn(name, number, repeat, json.dumps(names), *args))
+
+
 class OnnxRuntimeBuilder:
     """The baseline's "build": the ONNX bytes themselves, identified by their hash."""
 
@@ -62,10 +81,7 @@ class OnnxRuntimeRunner(SessionRunner):
         job, build, model = request.job, request.build, request.artifact
         inputs, reference, builds_in_flight = request.inputs, request.reference, request.builds_in_flight
         remote, settings = session.remote, job.measure
-        try:
-            run_fn = remote.get_function("tvmbench.onnxruntime")
-        except Exception:
-            run_fn = None
+        run_fn = board_function(remote)
         if run_fn is None:
             return Run(
                 status="build",
@@ -74,7 +90,7 @@ class OnnxRuntimeRunner(SessionRunner):
                 finished_at=time.time(),
                 **base,
             )
-        name = f"tvmbench-{build.artifact_sha256[:16]}.onnx"
+        name = model_file_name(build.artifact_sha256)
         log = PhaseLog()
         log.read_memory(remote, "before_load")
         log.upload(remote, model, name)
@@ -86,7 +102,7 @@ class OnnxRuntimeRunner(SessionRunner):
         dev = remote.cpu(0)
         args = [tvm.runtime.tensor(inputs[n], dev) for n in names]
         load = os.getloadavg()[0]
-        answer = json.loads(run_fn(name, settings.number, 1, json.dumps(names), *args))
+        answer = run_on_board(run_fn, name, settings.number, 1, names, args)
         if not answer.get("available"):
             return Run(
                 status="build", error=f"{base['board_id']}: {answer.get('reason')}", finished_at=time.time(), **base
@@ -97,7 +113,7 @@ class OnnxRuntimeRunner(SessionRunner):
             return wrong
 
         def timer(k: int) -> list[float]:  # each ask opens a fresh InferenceSession on the board, untimed
-            return json.loads(run_fn(name, settings.number, k, json.dumps(names), *args))["samples_ms"]
+            return run_on_board(run_fn, name, settings.number, k, names, args)["samples_ms"]
 
         log.read_state(remote, "before")
         sampled = sample(timer, SamplingPlan.from_settings(settings))

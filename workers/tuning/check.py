@@ -141,24 +141,24 @@ def baseline_timer(remote: Any, job: Job, model: bytes, inputs: dict[str, Any]) 
     Each call opens a fresh session on the board (untimed, with its warm-up run), as the baseline job does.
     """
     import hashlib
-    import json
 
     import tvm
 
-    try:
-        run = remote.get_function("tvmbench.onnxruntime")
-    except Exception:  # a stock TVM RPC server: the program is held to the stored median
+    from workers.executors.onnxruntime import board_function, model_file_name, run_on_board
+
+    run = board_function(remote)
+    if run is None:  # a stock TVM RPC server: the program is held to the stored median
         return None
-    name = f"tvmbench-{hashlib.sha256(model).hexdigest()[:16]}.onnx"
+    name = model_file_name(hashlib.sha256(model).hexdigest())
     remote.upload(bytearray(model), name)  # bytes would be read as a path
     names = [n for n, _, _ in job.model.inputs]
     cpu = remote.cpu(0)  # ONNX Runtime reads its inputs on the board's host, whatever the program's device
     args = [tvm.runtime.tensor(inputs[n], cpu) for n in names]
-    if not json.loads(run(name, job.measure.number, 1, json.dumps(names), *args)).get("available"):
+    if not run_on_board(run, name, job.measure.number, 1, names, args).get("available"):
         return None
 
     def timer() -> list[float]:
-        return [float(x) for x in json.loads(run(name, job.measure.number, 1, json.dumps(names), *args))["samples_ms"]]
+        return [float(x) for x in run_on_board(run, name, job.measure.number, 1, names, args)["samples_ms"]]
 
     return timer
 
