@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -283,6 +284,63 @@ def grouped_convnet(seed: int = 0, channels: int = 16) -> onnx.ModelProto:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels])],
         inits,
         "grouped_convnet",
+    )
+
+
+def shuffle_units(seed: int = 0, channels: int = 12, groups: int = 3) -> onnx.ModelProto:
+    """x[1,3,16,16] -> Conv 1x1 -> Relu -> two ShuffleNet units (grouped 1x1 conv -> BN -> Relu -> channel
+    shuffle -> depthwise 3x3 conv -> BN -> grouped 1x1 conv -> BN; the first adds its input, the second's
+    depthwise conv has stride 2) -> GlobalAveragePool -> Flatten. Random weights and batch norms: unlike
+    the onnx package's light models, whose constant weights make every channel alike, a shuffle read in
+    the wrong order changes the output."""
+    rng = np.random.default_rng(seed)
+    c, g, side = channels, groups, 16
+    # A 1x1 stem: the shuffled depthwise convolution is then the heaviest kernel, the first that a small
+    # tuning budget (which goes by FLOPs) gives trials to.
+    inits = [_init(rng, "w0", (c, 3, 1, 1), 0.3), _init(rng, "b0", (c,))]
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"]),
+        helper.make_node("Relu", ["c0"], ["u0"]),
+    ]
+
+    def conv_bn(name: str, src: str, shape: tuple[int, ...], **conv: Any) -> str:
+        inits.append(_init(rng, f"{name}_w", shape, 0.3))
+        stats = [_init(rng, f"{name}_gamma", (c,)), _init(rng, f"{name}_beta", (c,)), _init(rng, f"{name}_mean", (c,))]
+        var = numpy_helper.from_array(rng.uniform(0.5, 1.5, size=c).astype(np.float32), f"{name}_var")
+        inits.extend([*stats, var])
+        nodes.append(helper.make_node("Conv", [src, f"{name}_w"], [f"{name}_c"], **conv))
+        bn_inputs = [f"{name}_c", f"{name}_gamma", f"{name}_beta", f"{name}_mean", f"{name}_var"]
+        nodes.append(helper.make_node("BatchNormalization", bn_inputs, [f"{name}_bn"]))
+        return f"{name}_bn"
+
+    for unit, stride in ((1, 1), (2, 2)):
+        src = f"u{unit - 1}"
+        pointwise = conv_bn(f"g{unit}a", src, (c, c // g, 1, 1), group=g)
+        nodes.append(helper.make_node("Relu", [pointwise], [f"r{unit}"]))
+        split = numpy_helper.from_array(np.array([1, g, c // g, side, side], dtype=np.int64), f"split{unit}")
+        merge = numpy_helper.from_array(np.array([1, c, side, side], dtype=np.int64), f"merge{unit}")
+        inits += [split, merge]
+        nodes += [
+            helper.make_node("Reshape", [f"r{unit}", f"split{unit}"], [f"s{unit}a"]),
+            helper.make_node("Transpose", [f"s{unit}a"], [f"s{unit}b"], perm=[0, 2, 1, 3, 4]),
+            helper.make_node("Reshape", [f"s{unit}b", f"merge{unit}"], [f"s{unit}"]),
+        ]
+        dw = conv_bn(f"d{unit}", f"s{unit}", (c, 1, 3, 3), group=c, pads=[1, 1, 1, 1], strides=[stride, stride])
+        out = conv_bn(f"g{unit}b", dw, (c, c // g, 1, 1), group=g)
+        if stride == 1:
+            nodes.append(helper.make_node("Add", [out, src], [f"a{unit}"]))
+            out = f"a{unit}"
+        nodes.append(helper.make_node("Relu", [out], [f"u{unit}"]))
+    nodes += [
+        helper.make_node("GlobalAveragePool", ["u2"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["y"]),
+    ]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, side, side])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c])],
+        inits,
+        "shuffle_units",
     )
 
 

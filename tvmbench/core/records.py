@@ -39,8 +39,10 @@ FINAL_STATUSES: tuple[str, ...] = ("ok", *ERROR_KINDS)
 # "per-target": relax.get_default_pipeline(target) (fuses ops, dlight on GPUs);
 # "generic": relax.get_pipeline("default"), what tvm.compile uses (no FuseOps on CPU);
 # "per-target-fold-bn": per-target after FoldBatchnormToConv2D + FoldConstant (a batch norm after a
-# convolution goes into its weights and a bias, as ONNX Runtime's graph optimizer does).
-PIPELINES: tuple[str, ...] = ("per-target", "generic", "per-target-fold-bn")
+# convolution goes into its weights and a bias, as ONNX Runtime's graph optimizer does);
+# "per-target-fold-bn-shuffle": that, and a channel shuffle read by the convolution after it instead of
+# copied (workers/channel_shuffle.py). workers/rewrites.py holds the passes each runs before per-target.
+PIPELINES: tuple[str, ...] = ("per-target", "generic", "per-target-fold-bn", "per-target-fold-bn-shuffle")
 
 # The data layouts of the layout axis (``[axes] layout``): "NCHW" is the module as imported (ONNX is NCHW),
 # the others convert its 2-D convolutions before the pipeline (workers/layouts.py): "NHWC" puts the

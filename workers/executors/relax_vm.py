@@ -37,6 +37,7 @@ from workers.memory_plan import memory_plan_probe
 from workers.phases import PhaseLog
 from workers.program_index import ClaimFn, reuse_key
 from workers.reference import compare
+from workers.rewrites import REWRITTEN, rewrite_passes
 from workers.sampling import SamplingPlan, sample, time_evaluator_timer
 from workers.tracker_client import Session
 from workers.vm_program import artifact_name, codegen_export, device, load_vm
@@ -118,24 +119,22 @@ def _keep_lowering(job: Job, lowering: Lowering) -> None:
     _lowered[job.lowering_key()] = lowering
 
 
-def _pipeline(name: str, target: Any) -> Any:
+def pipeline_passes(name: str, target: Any) -> Any:
+    """The Relax pipeline called ``name`` (records.PIPELINES) for ``target``."""
     import tvm
     from tvm import relax
 
     if name == "per-target":
         return relax.get_default_pipeline(target)
-    if name == "per-target-fold-bn":
-        from workers.fold_bn import fold_batch_norm_passes
-
-        folds = fold_batch_norm_passes()
-        return tvm.transform.Sequential([*folds, relax.get_default_pipeline(target)], name="per-target-fold-bn")
+    if name in REWRITTEN:
+        return tvm.transform.Sequential([*rewrite_passes(name), relax.get_default_pipeline(target)], name=name)
     return relax.get_pipeline("default")
 
 
 def run_pipeline(job: Job, mod: Any, target: Any) -> Any:
     """The job's Relax pipeline on ``mod`` (call inside the job's PassContext)."""
     with target:
-        return _pipeline(job.pipeline, target)(mod)
+        return pipeline_passes(job.pipeline, target)(mod)
 
 
 def fingerprint(job: Job, lowered: Any, tvm_version: str) -> str:

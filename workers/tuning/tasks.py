@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from workers.rewrites import REWRITTEN, rewrite_passes
+
 MIN_TASK_TRIALS = 4  # fewer than this is not a search: the share goes to the other tasks
 
 
@@ -36,7 +38,8 @@ def split_pipeline(pipeline: str, target: Any) -> tuple[Any, Any]:
 
     "per-target" is ``relax.get_default_pipeline(llvm)`` (dispatch, legalize and fuse | lower, finalize);
     "generic" is ``relax.get_pipeline("default")`` (dispatch, legalize | lower, finalize: no fusion);
-    "per-target-fold-bn" is "per-target" with the batch norms folded into convolutions first.
+    "per-target-fold-bn" and "per-target-fold-bn-shuffle" are "per-target" after their graph rewrites
+    (workers/rewrites.py).
     """
     import tvm
     from tvm import relax
@@ -44,13 +47,10 @@ def split_pipeline(pipeline: str, target: Any) -> tuple[Any, Any]:
 
     if target.kind.name != "llvm":
         raise ValueError(f"tuning covers llvm targets; this one is {target.kind.name}")
-    if pipeline in ("per-target", "per-target-fold-bn"):
-        from workers.fold_bn import fold_batch_norm_passes
-
+    if pipeline == "per-target" or pipeline in REWRITTEN:
         # cpu_generic's __init__ does not export dataflow_lower_passes in 0.27: take them from its module.
         front = cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
-        if pipeline == "per-target-fold-bn":
-            front = fold_batch_norm_passes() + front
+        front = rewrite_passes(pipeline) + front
         back = cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target)
     else:
         t = relax.transform
