@@ -162,6 +162,26 @@ def test_a_miss_against_the_baseline_beside_it_recalibrates_from_that(monkeypatc
     assert "measured 1.9 ms > 1.5 (ONNX Runtime beside it)" in checks_line(stop["checks"])
 
 
+def test_a_busy_board_holds_the_program_to_the_sweeps_median(monkeypatch: pytest.MonkeyPatch) -> None:
+    # ONNX Runtime beside the program ran 4.4 ms, over twice the sweep's 2 ms: another process had the cores.
+    # The program's 3.0 is below that but not below 2, so the search goes on, from the stored median.
+    stop, searches, _ = checked(monkeypatch, [(3.0, 4.4), (1.9, 4.5)], [until_stop(1.1, 1.2)])
+    (env,) = searches.envs
+    assert env.estimate_target_ms == pytest.approx(2.0 * 1.8 / 3.0)
+    first, second = stop["checks"]
+    assert first["busy"] and second["busy"] and [c["measured_ms"] for c in stop["checks"]] == [3.0, 1.9]
+    assert stop["stop"]["met"] and stop["stop"]["busy"] and stop["stop"]["baseline_ms"] == 4.5
+    assert "measured 3 ms > 2 (the sweep's ONNX Runtime: the board was busy, 4.4 beside it)" in checks_line(
+        stop["checks"]
+    )
+    assert stop_text(stop) == (
+        "until: measured 1.9 ms at or below the sweep's baseline 2 ms (the board was busy: ONNX Runtime ran 4.5 ms "
+        "beside it; kernel estimate 1.1 ms, 2 check builds)"
+    )
+    # Below twice the sweep's median the board is only slower for both, and the pairing holds.
+    assert not check.Check(1, 1.0, 1.8, 2.0, 2.0, 3.0, 1.0, baseline_ms=4.0).busy
+
+
 def test_a_number_of_ms_is_checked_like_the_baseline(monkeypatch: pytest.MonkeyPatch) -> None:
     stop, _, _ = checked(monkeypatch, [1.9], [], until=2.0)
     assert stop["stop"]["met"] and stop["stop"]["until_ms"] == 2.0

@@ -15,6 +15,13 @@ machine drifts more than that in an hour (ONNX Runtime's median on one board wen
 the until rule names the baseline and the board's agent runs ONNX Runtime, the check times the baseline
 again in turn with the program, repeat by repeat on the same board, and compares the two medians it
 took (``Timing``): the drift is in both. The baseline's stored median stays the rule's provenance.
+
+Pairing cancels a board that is slower for both; it does not cancel another process competing for the
+board's cores, which slows ONNX Runtime's thread pool far more than the program's: with the suite running
+beside a benchmark, a check measured the program at 9.1 ms against ONNX Runtime's 14.0 beside it, both
+4.3-7.8 ms on the quiet board, and stopped the search at 2.8 minutes. So a check whose ONNX Runtime ran
+more than ``BUSY_FACTOR`` times the sweep's median found the board busy (``Check.busy``): the program is
+held to the stored median instead, which a busy board can only make it miss.
 """
 
 from __future__ import annotations
@@ -31,6 +38,9 @@ from tvmbench.core.records import Job
 
 MAX_CHECKS = 4  # check builds per tuned build: each costs a build of the whole program and a timing
 CHECK_REPEATS = 7  # timed repeats of the whole program (each of ``job.measure``'s number and min_repeat_ms)
+# ONNX Runtime timed beside the program at more than this multiple of the sweep's median: the board is busy.
+# The drift seen on quiet boards within an hour was up to 1.5x (4.0 -> 6.1 ms, README "Tuning").
+BUSY_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -50,12 +60,19 @@ class Check:
     baseline_ms: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None or k == "measured_ms"}
+        kept = {k: v for k, v in asdict(self).items() if v is not None or k == "measured_ms"}
+        return {**kept, "busy": True} if self.busy else kept
+
+    @property
+    def busy(self) -> bool:
+        """Whether the baseline beside the program ran over ``BUSY_FACTOR`` times the sweep's median."""
+        return self.baseline_ms is not None and self.baseline_ms > BUSY_FACTOR * self.until_ms
 
     @property
     def bar_ms(self) -> float:
-        """What the program had to be at or below: the baseline timed beside it, else ``until_ms``."""
-        return self.baseline_ms if self.baseline_ms is not None else self.until_ms
+        """What the program had to be at or below: the baseline timed beside it, else (none timed, or the
+        board busy) ``until_ms``."""
+        return self.baseline_ms if self.baseline_ms is not None and not self.busy else self.until_ms
 
     @property
     def met(self) -> bool:
@@ -277,6 +294,7 @@ def until_checked(
             "until_ms": until_ms,
             "measured_ms": last.measured_ms,
             **({"baseline_ms": last.baseline_ms} if last.baseline_ms is not None else {}),
+            **({"busy": True} if last.busy else {}),
             "met": last.met,
             **({"check_error": last.error} if last.error else {}),
         }
