@@ -171,6 +171,7 @@ def test_a_check_times_onnxruntime_beside_the_program_and_holds_it_to_that(
     first, *later = t["checks"]
     assert first["trial"] == 4 and first["target_ms"] == 1e6 and "error" not in first, first.get("error")
     assert 0 < first["baseline_ms"] < 1e3 and 0 < first["measured_ms"] < 1e3, first  # a tiny MLP: not 1e6 ms
+    assert first["bar_ms"] == first["baseline_ms"]  # faster than the stored median: the bar
     print(f"check: program {first['measured_ms']:.4g} ms, onnxruntime beside it {first['baseline_ms']:.4g} ms")
     if first["measured_ms"] <= first["baseline_ms"]:
         assert (t["stopped_by"], t["trials_run"], later) == ("until", 4, []), t
