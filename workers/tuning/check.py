@@ -269,11 +269,12 @@ def until_checked(
             target_ms=float(values["until_ms"]),
             until_ms=until_ms,
         )
-        checks.append(replace(check, bar_ms=fastest_bar(until_ms, [*checks, check])))
-        check = checks[-1]
+        bar = fastest_bar(until_ms, [*checks, check])
+        check = replace(check, bar_ms=bar)
+        checks.append(check)
         if check.met or check.measured_ms is None or len(checks) >= MAX_CHECKS:
             break
-        target = recalibrated(fastest_bar(until_ms, checks), check.estimate_ms, check.measured_ms)
+        target = recalibrated(bar, check.estimate_ms, check.measured_ms)
         searched = search_once(replace(env, estimate_target_ms=target), best_times(stats.trials_so_far(), stored_best))
         # Every search's trials are in ``stats`` (a parallel search's groups' too): counted there, once.
         counted = Counter(task for _, task, _ in stats.trials_so_far())
