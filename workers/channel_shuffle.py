@@ -31,8 +31,9 @@ def _static_shape(expr: Any) -> tuple[int, ...] | None:
         return None
 
 
-def shuffle_groups(shuffled: Any, lookup: Any) -> tuple[Any, int] | None:
-    """(the map before the shuffle, its group count g) where ``shuffled`` is a channel shuffle, else None.
+def shuffle_groups(shuffled: Any, lookup: Any) -> tuple[Any, tuple[int, ...], int] | None:
+    """(the map before the shuffle, its shape, the group count g) where ``shuffled`` is a channel shuffle,
+    else None.
 
     A channel shuffle here is ``reshape(permute_dims(reshape(x, (N, g, C/g, H, W)), [0, 2, 1, 3, 4]),
     (N, C, H, W))`` with x of shape (N, C, H, W), what the ONNX importer gives for ShuffleNet's.
@@ -62,7 +63,7 @@ def shuffle_groups(shuffled: Any, lookup: Any) -> tuple[Any, int] | None:
     n, channels, height, width = before
     if len(parts) != 5 or parts[0] != n or parts[3:] != (height, width) or parts[1] * parts[2] != channels:
         return None
-    return source, parts[1]
+    return source, before, parts[1]
 
 
 def shuffled_conv2d_func(call: Any, data_shape: tuple[int, ...], weight_shape: tuple[int, ...], groups: int) -> Any:
@@ -129,8 +130,7 @@ def fuse_channel_shuffle_into_conv() -> Any:
             weight_shape = _static_shape(call.args[1])
             if found is None or weight_shape is None:
                 return call
-            source, groups = found
-            data_shape = _static_shape(source)
+            source, data_shape, groups = found
             func = shuffled_conv2d_func(call, data_shape, weight_shape, groups)
             gvar = self.builder_.add_func(func, "conv2d_shuffled")
             self.fused += 1
