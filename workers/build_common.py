@@ -17,6 +17,27 @@ def relax_type(expr: Any) -> Any:
     return expr.ty if hasattr(expr, "ty") else expr.struct_info
 
 
+def static_shape(expr: Any) -> tuple[int, ...] | None:
+    """The static shape of a tensor-typed Relax expression, or None where it has none or a symbolic dimension."""
+    shape = getattr(relax_type(expr), "shape", None)
+    if shape is None:
+        return None
+    try:
+        return tuple(int(d) for d in shape)
+    except TypeError:
+        return None
+
+
+def constant_array(expr: Any) -> Any:
+    """A Relax constant's value as a numpy array, or None where ``expr`` is not a constant (0.27's
+    ``GenericConst`` holds it in ``value``, the releases before in ``data``)."""
+    if type(expr).__name__ not in ("GenericConst", "Constant"):
+        return None
+    value = getattr(expr, "value", None)
+    value = getattr(expr, "data", None) if value is None else value
+    return value.numpy() if hasattr(value, "numpy") else None
+
+
 @functools.cache
 def tvm_versions() -> tuple[str, str]:
     """(apache-tvm, apache-tvm-ffi) versions of this process.

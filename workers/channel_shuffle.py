@@ -15,20 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.build_common import relax_type
+from workers.build_common import relax_type, static_shape
 
 PASS_NAME = "FuseChannelShuffleIntoConv"
-
-
-def _static_shape(expr: Any) -> tuple[int, ...] | None:
-    """The static shape of a tensor-typed expression, or None where a dimension is symbolic."""
-    shape = getattr(relax_type(expr), "shape", None)
-    if shape is None:
-        return None
-    try:
-        return tuple(int(d) for d in shape)
-    except TypeError:
-        return None
 
 
 def shuffle_groups(shuffled: Any, lookup: Any) -> tuple[Any, tuple[int, ...], int] | None:
@@ -57,7 +46,7 @@ def shuffle_groups(shuffled: Any, lookup: Any) -> tuple[Any, tuple[int, ...], in
     if axes is None or [int(a) for a in axes] != [0, 2, 1, 3, 4]:
         return None
     source = split.args[0]
-    before, parts, after = _static_shape(source), _static_shape(split), _static_shape(merged)
+    before, parts, after = static_shape(source), static_shape(split), static_shape(merged)
     if before is None or parts is None or after is None or len(before) != 4 or before != after:
         return None
     n, channels, height, width = before
@@ -127,7 +116,7 @@ def fuse_channel_shuffle_into_conv() -> Any:
             if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
                 return call
             found = shuffle_groups(call.args[0], self.lookup_binding)
-            weight_shape = _static_shape(call.args[1])
+            weight_shape = static_shape(call.args[1])
             if found is None or weight_shape is None:
                 return call
             source, data_shape, groups = found

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from workers.build_common import constant_array
+
 PLAN_PASS = "StaticPlanBlockMemory"
 _GB = 2**30
 _WITHOUT = re.compile(
@@ -52,10 +54,9 @@ def constant_bytes(mod: Any) -> int:
 
     def visit(expr: Any) -> None:
         nonlocal total
-        # Relax constants are tvm.ir.expr.GenericConst in 0.27; their payload is a runtime tensor.
-        value = getattr(expr, "value", None)
-        if type(expr).__name__ in ("GenericConst", "Constant") and hasattr(value, "numpy"):
-            total += int(value.numpy().nbytes)
+        value = constant_array(expr)
+        if value is not None:
+            total += int(value.nbytes)
 
     for _, func in mod.functions_items():
         if isinstance(func, relax.Function):
