@@ -181,7 +181,7 @@ def _extract_tasks(job: Job, model_data: bytes, database: dict[str, str]) -> tup
     import tvm
     from tvm.relax.frontend.onnx import from_onnx
 
-    from workers.layouts import for_job as convert_layout
+    from workers.rewrites import rewritten_module
     from workers.tuning.stage import tuning_target
     from workers.tuning.tasks import extract, split_pipeline
 
@@ -190,7 +190,7 @@ def _extract_tasks(job: Job, model_data: bytes, database: dict[str, str]) -> tup
     mod = from_onnx(onnx.load_from_string(model_data), shape_dict=job.model.shape_dict, keep_params_in_input=False)
     front, _ = split_pipeline(job.pipeline, target)
     with tvm.transform.PassContext(opt_level=job.opt_level), target:
-        fused = front(convert_layout(job, mod)[0])
+        fused = front(rewritten_module(job, mod)[0])
     extracted, infos = extract(fused, target, settings.module_equality)
     return infos, stored_records_count(database, job, [e.dispatched[0] for e in extracted])
 

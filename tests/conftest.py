@@ -233,6 +233,25 @@ PG_ADMIN_URLS = (
 )
 
 
+def lowered_and_output(proto: onnx.ModelProto, pipeline: str, x: Any, layout: str = "NCHW") -> tuple[Any, Any]:
+    """The module ``pipeline`` lowers ``proto`` to in ``layout`` (for llvm, opt_level 3), as the build does
+    (the pipeline's rewrites, the layout, TVM's passes), and its output on ``x``."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from workers.executors.relax_vm import pipeline_passes
+    from workers.layouts import convert
+    from workers.rewrites import rewrite_passes
+
+    target = tvm.target.Target({"kind": "llvm"})
+    with target, tvm.transform.PassContext(opt_level=3):
+        mod = tvm.transform.Sequential(rewrite_passes(pipeline))(from_onnx(proto, keep_params_in_input=False))
+        lowered = pipeline_passes(pipeline, target)(convert(mod, layout)[0])
+        vm = relax.VirtualMachine(relax.build(lowered, target), tvm.cpu())
+    return lowered, vm["main"](tvm.runtime.tensor(x)).numpy()
+
+
 def _pg_admin_engine():
     from sqlalchemy import create_engine, text
 

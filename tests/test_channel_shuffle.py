@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from typer.testing import CliRunner
 
-from tests.conftest import write_sweep
+from tests.conftest import lowered_and_output, write_sweep
 from tvmbench.cli import app
 from workers import model_zoo
 
@@ -38,21 +38,6 @@ repeat = 3
 
 def invoke(*args: str) -> object:
     return CliRunner().invoke(app, list(args), catch_exceptions=False)
-
-
-def lowered_and_output(proto: onnx.ModelProto, pipeline: str, x: np.ndarray) -> tuple[object, np.ndarray]:
-    """The module ``pipeline`` lowers ``proto`` to (for llvm, opt_level 3), and its output on ``x``."""
-    import tvm
-    from tvm import relax
-    from tvm.relax.frontend.onnx import from_onnx
-
-    from workers.executors.relax_vm import pipeline_passes
-
-    target = tvm.target.Target({"kind": "llvm"})
-    with target, tvm.transform.PassContext(opt_level=3):
-        lowered = pipeline_passes(pipeline, target)(from_onnx(proto, keep_params_in_input=False))
-        vm = relax.VirtualMachine(relax.build(lowered, target), tvm.cpu())
-    return lowered, vm["main"](tvm.runtime.tensor(x)).numpy()
 
 
 def test_the_shuffles_are_read_through_by_the_convolutions_and_the_output_is_onnx_runtimes() -> None:

@@ -344,6 +344,50 @@ def shuffle_units(seed: int = 0, channels: int = 12, groups: int = 3) -> onnx.Mo
     )
 
 
+def fire_modules(seed: int = 0, side: int = 15) -> onnx.ModelProto:
+    """x[1,3,side,side] -> Conv 3x3 -> Relu -> MaxPool -> three SqueezeNet fire modules (squeeze 1x1 ->
+    Relu, expand 1x1 and 3x3 -> Relu each, Concat), a MaxPool after the second -> Dropout -> Conv 1x1 ->
+    Relu -> GlobalAveragePool -> Flatten. Random weights: unlike light_squeezenet's constant ones, a
+    concatenation's channel read from the wrong part or the wrong weight slice changes the output."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(rng, "w0", (16, 3, 3, 3), 0.3), _init(rng, "b0", (16,))]
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"]),
+        helper.make_node("MaxPool", ["r0"], ["f0"], kernel_shape=[3, 3], strides=[2, 2]),
+    ]
+
+    def conv_relu(name: str, src: str, shape: tuple[int, ...], **conv: Any) -> str:
+        inits.extend([_init(rng, f"{name}_w", shape, 0.3), _init(rng, f"{name}_b", (shape[0],))])
+        nodes.append(helper.make_node("Conv", [src, f"{name}_w", f"{name}_b"], [f"{name}_c"], **conv))
+        nodes.append(helper.make_node("Relu", [f"{name}_c"], [f"{name}_r"]))
+        return f"{name}_r"
+
+    src, channels = "f0", 16
+    for fire, (squeeze, expand) in enumerate(((8, 16), (8, 16), (16, 32)), start=1):
+        s = conv_relu(f"fire{fire}_s", src, (squeeze, channels, 1, 1))
+        e1 = conv_relu(f"fire{fire}_e1", s, (expand, squeeze, 1, 1))
+        e3 = conv_relu(f"fire{fire}_e3", s, (expand, squeeze, 3, 3), pads=[1, 1, 1, 1])
+        nodes.append(helper.make_node("Concat", [e1, e3], [f"fire{fire}"], axis=1))
+        src, channels = f"fire{fire}", 2 * expand
+        if fire == 2:
+            nodes.append(helper.make_node("MaxPool", [src], ["pool2"], kernel_shape=[3, 3], strides=[2, 2]))
+            src = "pool2"
+    nodes.append(helper.make_node("Dropout", [src], ["drop"]))  # inference: the identity
+    head = conv_relu("head", "drop", (10, channels, 1, 1))
+    nodes += [
+        helper.make_node("GlobalAveragePool", [head], ["p"]),
+        helper.make_node("Flatten", ["p"], ["y"]),
+    ]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, side, side])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        inits,
+        "fire_modules",
+    )
+
+
 def outer_product(n: int = 2048, seed: int = 0) -> onnx.ModelProto:
     """a[n,1] x b[1,n] -> Relu -> ReduceSum over columns -> y[n,1]: small inputs, outputs and weights
     (none), one n*n float32 intermediate (16 MB at n=2048). What the memory tests and benchmarks need: a

@@ -221,7 +221,8 @@ TUNING_SCOPES = [
 # A configuration (answers.ranking.config_name) in a few letters, and what they mean.
 CONFIG_WORDS = {"vm-bytecode": "VMb", "vm-compiled": "VMc", "aot-c": "AOT", "onnxruntime": "ORT",
                 "per-target": "pt", "generic": "gen", "per-target-fold-bn": "pt-bn",
-                "per-target-fold-bn-shuffle": "pt-bn-sh"}  # fmt: skip
+                "per-target-fold-bn-shuffle": "pt-bn-sh",
+                "per-target-fold-bn-shuffle-concat": "pt-bn-sh-cc"}  # fmt: skip
 CONFIG_LEGEND = [
     ("VMb", "vm-bytecode"),
     ("VMc", "vm-compiled"),
@@ -231,6 +232,7 @@ CONFIG_LEGEND = [
     ("gen", "generic pipeline"),
     ("pt-bn", "per-target pipeline, batch norm folded into convolutions"),
     ("pt-bn-sh", "pt-bn, channel shuffles read by the convolution after them"),
+    ("pt-bn-sh-cc", "pt-bn-sh, convolutions of a concatenation summed over its parts"),
 ]
 
 

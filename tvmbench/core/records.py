@@ -41,8 +41,16 @@ FINAL_STATUSES: tuple[str, ...] = ("ok", *ERROR_KINDS)
 # "per-target-fold-bn": per-target after FoldBatchnormToConv2D + FoldConstant (a batch norm after a
 # convolution goes into its weights and a bias, as ONNX Runtime's graph optimizer does);
 # "per-target-fold-bn-shuffle": that, and a channel shuffle read by the convolution after it instead of
-# copied (workers/channel_shuffle.py). workers/rewrites.py holds the passes each runs before per-target.
-PIPELINES: tuple[str, ...] = ("per-target", "generic", "per-target-fold-bn", "per-target-fold-bn-shuffle")
+# copied (workers/channel_shuffle.py); "per-target-fold-bn-shuffle-concat": that, and a convolution of a
+# channel concatenation summed over its parts instead of the concatenation copied (workers/concat_split.py).
+# workers/rewrites.py holds the rewrites each runs before the layout axis and per-target.
+PIPELINES: tuple[str, ...] = (
+    "per-target",
+    "generic",
+    "per-target-fold-bn",
+    "per-target-fold-bn-shuffle",
+    "per-target-fold-bn-shuffle-concat",
+)
 
 # The data layouts of the layout axis (``[axes] layout``): "NCHW" is the module as imported (ONNX is NCHW),
 # the others convert its 2-D convolutions before the pipeline (workers/layouts.py): "NHWC" puts the

@@ -32,12 +32,11 @@ from workers.artifacts import elf_arch
 from workers.board_session import SessionRunner, check_outputs, ok_run
 from workers.build_common import build_identity, make_target, pass_trace_instrument
 from workers.executors.requests import BuildRequest, MeasureRequest, foreign_toolchain
-from workers.layouts import for_job as convert_layout
 from workers.memory_plan import memory_plan_probe
 from workers.phases import PhaseLog
 from workers.program_index import ClaimFn, reuse_key
 from workers.reference import compare
-from workers.rewrites import REWRITTEN, rewrite_passes
+from workers.rewrites import REWRITTEN, rewritten_module
 from workers.sampling import SamplingPlan, sample, time_evaluator_timer
 from workers.tracker_client import Session
 from workers.vm_program import artifact_name, codegen_export, device, load_vm
@@ -120,14 +119,12 @@ def _keep_lowering(job: Job, lowering: Lowering) -> None:
 
 
 def pipeline_passes(name: str, target: Any) -> Any:
-    """The Relax pipeline called ``name`` (records.PIPELINES) for ``target``."""
-    import tvm
+    """TVM's passes of the Relax pipeline called ``name`` (records.PIPELINES) for ``target``: the rewrites of
+    the pipelines named after per-target run before the layout axis (``rewritten_module``), not here."""
     from tvm import relax
 
-    if name == "per-target":
+    if name == "per-target" or name in REWRITTEN:
         return relax.get_default_pipeline(target)
-    if name in REWRITTEN:
-        return tvm.transform.Sequential([*rewrite_passes(name), relax.get_default_pipeline(target)], name=name)
     return relax.get_pipeline("default")
 
 
@@ -238,8 +235,9 @@ class RelaxVmBuilder:
                 if shared is not None:
                     lowered, layout = shared.module, shared.layout
                 else:
-                    # The layout axis first: the pipeline, and tuning's task extraction, see the converted module.
-                    mod, layout = convert_layout(job, mod)
+                    # The pipeline's graph rewrites and the layout axis first: the pipeline's TVM passes, and
+                    # tuning's task extraction, see the rewritten and converted module.
+                    mod, layout = rewritten_module(job, mod)
                     if job.tuning:
                         from workers.tuning.stage import TuningEnv, tuned_lowering
 

@@ -138,7 +138,7 @@ def tasks(directory: Path) -> int:
         import tvm
         from tvm.relax.frontend.onnx import from_onnx
 
-        from workers.layouts import for_job as convert_layout
+        from workers.rewrites import rewritten_module
         from workers.tuning.database import make_scope, workload_hash
         from workers.tuning.stage import tuning_target
         from workers.tuning.tasks import extract, split_pipeline
@@ -149,7 +149,7 @@ def tasks(directory: Path) -> int:
         mod = from_onnx(model, shape_dict=job.model.shape_dict, keep_params_in_input=False)
         front, _ = split_pipeline(job.pipeline, target)
         with tvm.transform.PassContext(opt_level=job.opt_level), target:
-            fused = front(convert_layout(job, mod)[0])  # the layout axis: as the build converts it
+            fused = front(rewritten_module(job, mod)[0])  # the layout axis: as the build converts it
         extracted, infos = extract(fused, target, settings.module_equality)
         scope = make_scope(target, job.target.board_key, module_equality=settings.module_equality)
         found = [

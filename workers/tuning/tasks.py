@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from workers.rewrites import REWRITTEN, rewrite_passes
+from workers.rewrites import REWRITTEN
 
 MIN_TASK_TRIALS = 4  # fewer than this is not a search: the share goes to the other tasks
 
@@ -38,8 +38,8 @@ def split_pipeline(pipeline: str, target: Any) -> tuple[Any, Any]:
 
     "per-target" is ``relax.get_default_pipeline(llvm)`` (dispatch, legalize and fuse | lower, finalize);
     "generic" is ``relax.get_pipeline("default")`` (dispatch, legalize | lower, finalize: no fusion);
-    "per-target-fold-bn" and "per-target-fold-bn-shuffle" are "per-target" after their graph rewrites
-    (workers/rewrites.py).
+    the pipelines named after "per-target" are "per-target" here: their graph rewrites run before the
+    layout axis (workers/rewrites.py ``rewritten_module``), on the module this front half is given.
     """
     import tvm
     from tvm import relax
@@ -50,7 +50,6 @@ def split_pipeline(pipeline: str, target: Any) -> tuple[Any, Any]:
     if pipeline == "per-target" or pipeline in REWRITTEN:
         # cpu_generic's __init__ does not export dataflow_lower_passes in 0.27: take them from its module.
         front = cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
-        front = rewrite_passes(pipeline) + front
         back = cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target)
     else:
         t = relax.transform
