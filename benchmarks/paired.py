@@ -1,4 +1,4 @@
-"""A finished sweep's programs and ONNX Runtime timed in turn, in this process: ratios a drift cannot skew.
+"""Finished sweeps' programs and ONNX Runtime timed in turn, in fresh processes: ratios a drift cannot skew.
 
 A sweep times its ONNX Runtime baseline when it starts and a tuned program when its tuning ends, up to 15
 minutes later, and on a shared machine ONNX Runtime's median moved 4.0 -> 6.1 ms within an hour
@@ -7,10 +7,17 @@ rotating order, with the board's thread count: a drift lands in all of them, and
 taken of medians measured side by side. ONNX Runtime runs through the board agent's own function (a fresh
 session per round, its warm-up untimed) and the programs through the VM's time evaluator, as on the board.
 
-`benchmarks/tuning.py` runs it after its sweep (`--paired 15`); on its own it re-times a finished
-benchmark sweep from the paths that one printed:
+A process draws its speed too: on round 10's machine a fresh process timed ONNX Runtime at about 3.7 or
+about 6 ms, and two programs' ratios to it came out the same in one process and 0.2 apart in the next.
+So the rounds run in several fresh processes, one after another (``--processes``), and a program's figure
+is the median of its per-process ratios, with their range.
 
-    python benchmarks/paired.py --db sqlite:////tmp/tvmbench-tuning-bench-XXXX/results.db --sweep SWEEP_ID
+`benchmarks/tuning.py` runs it after its sweep (`--paired 15 --paired-processes 5`); on its own it re-times
+finished benchmark sweeps from the paths they printed, several at once to compare their programs (each
+program's label then starts with its sweep's id):
+
+    python benchmarks/paired.py --db sqlite:////tmp/tvmbench-tuning-bench-XXXX/results.db --sweep SWEEP_ID \
+        [--db sqlite:////tmp/tvmbench-tuning-bench-YYYY/results.db --sweep SWEEP_ID2] [--processes 8]
 """
 
 from __future__ import annotations
@@ -67,100 +74,141 @@ def time_in_turn(
     return samples
 
 
-def paired_rows(
-    rows: list[dict[str, Any]],
-    db: str,
-    sweep_id: str,
-    artifacts: Path,
-    model_paths: dict[str, Path],
-    number: int,
-    rounds: int,
-) -> list[dict[str, Any]]:
-    """For each model with an ok ONNX Runtime row, its tuned ok programs against it in turn (``time_in_turn``).
+def time_in_processes(
+    onnx_path: Path, programs: dict[str, Path], number: int, rounds: int, processes: int
+) -> list[dict[str, float]]:
+    """``time_in_turn`` in ``processes`` fresh interpreters, one after another: per process, each label's
+    median (ms)."""
+    import multiprocessing
 
-    ``rows``: the benchmark's figures (with ``job_key``); ``artifacts``: the sweep's artifact cache folder.
-    One row per program and one per baseline: model, config, median ms, 95% CI, ratio to the baseline's
-    median of the same rounds, and the sweep's own median beside it.
+    medians = []
+    for seed in range(processes):
+        # spawn: a fresh interpreter each time, nothing of this process's memory or thread pools in it
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            samples = pool.apply(time_in_turn, (onnx_path, programs, number, rounds, seed))
+        medians.append({label: statistics.median(values) for label, values in samples.items()})
+    return medians
+
+
+def sweep_programs(
+    rows: list[dict[str, Any]], db: str, sweep_id: str, artifacts: Path, model: str, prefix: str = ""
+) -> tuple[dict[str, Path], dict[str, float]]:
+    """(label -> exported program, label -> the sweep's own median) of a sweep's tuned ok programs of ``model``,
+    and its ONNX Runtime's median under ``BASELINE``; nothing when the sweep has no ok ONNX Runtime row.
+
+    ``rows``: the benchmark's figures of the sweep (with ``job_key``); ``artifacts``: its artifact cache.
     """
     from db.store import ResultStore
     from tvmbench.answers import query
-    from tvmbench.answers.stats import median_ci
     from workers.artifacts import ArtifactCache
 
+    mine = [r for r in rows if r["model"] == model and r["status"] == "ok"]
+    if not any(r["executor"] == BASELINE for r in mine):
+        return {}, {}
     cache = ArtifactCache(artifacts)
     store = ResultStore(db)
-    out: list[dict[str, Any]] = []
+    programs: dict[str, Path] = {}
+    sweep_ms: dict[str, float] = {BASELINE: next(r["median_ms"] for r in mine if r["executor"] == BASELINE)}
     try:
-        for model, path in model_paths.items():
-            mine = [r for r in rows if r["model"] == model and r["status"] == "ok"]
-            if not any(r["executor"] == BASELINE for r in mine):
-                continue
-            programs: dict[str, Path] = {}
-            sweep_ms: dict[str, float] = {BASELINE: next(r["median_ms"] for r in mine if r["executor"] == BASELINE)}
-            for r in mine:
-                if r["executor"] == BASELINE or not r["budget"]:
-                    continue  # untuned programs are 10-100x off: not what the ratio is asked of
-                build = (query.job_detail(store, r["job_key"], sweep_id) or {}).get("build") or {}
-                sha = build.get("artifact_sha256")
-                if sha and cache.has(sha):
-                    label = f"{r['executor']} tuned {r['budget']}" + (f" {r['layout']}" if r.get("layout") else "")
-                    programs[label], sweep_ms[label] = cache.path(sha), r["median_ms"]
-            if not programs:
-                continue
-            samples = time_in_turn(path, programs, number, rounds)
-            base = statistics.median(samples[BASELINE])
-            for label, values in samples.items():
-                ci = median_ci(values)
-                med = statistics.median(values)
-                out.append(
-                    {
-                        "model": model,
-                        "config": label,
-                        "median_ms": med,
-                        "ci": (ci.lo, ci.hi),
-                        "x_ort": med / base,
-                        "sweep_median_ms": sweep_ms[label],
-                        "rounds": rounds,
-                    }
-                )
+        for r in mine:
+            if r["executor"] == BASELINE or not r["budget"]:
+                continue  # untuned programs are 10-100x off: not what the ratio is asked of
+            build = (query.job_detail(store, r["job_key"], sweep_id) or {}).get("build") or {}
+            sha = build.get("artifact_sha256")
+            if sha and cache.has(sha):
+                label = f"{prefix}{r['executor']} tuned {r['budget']}" + (f" {r['layout']}" if r.get("layout") else "")
+                programs[label], sweep_ms[label] = cache.path(sha), r["median_ms"]
     finally:
         store.close()
-    return out
+    return programs, sweep_ms
+
+
+def paired_rows(
+    model: str,
+    onnx_path: Path,
+    programs: dict[str, Path],
+    sweep_ms: dict[str, float],
+    number: int,
+    rounds: int,
+    processes: int = 1,
+) -> list[dict[str, Any]]:
+    """``programs`` of ``model`` and ONNX Runtime timed in turn (``time_in_turn``), in ``processes`` fresh
+    processes when more than one: a row per program and one for the baseline.
+
+    Each row: model, config, median ms and its 95% CI (one process: over its rounds; several: the median and
+    range of the per-process medians), ratio to the baseline (several: the median of the per-process ratios,
+    and their range), and the sweep's own median beside it.
+    """
+    from tvmbench.answers.stats import median_ci
+
+    if not programs:
+        return []
+    figures: dict[str, dict[str, Any]] = {}
+    if processes <= 1:
+        samples = time_in_turn(onnx_path, programs, number, rounds)
+        base = statistics.median(samples[BASELINE])
+        for label, values in samples.items():
+            ci, med = median_ci(values), statistics.median(values)
+            figures[label] = {"median_ms": med, "ci": (ci.lo, ci.hi), "x_ort": med / base, "x_ort_range": None}
+    else:
+        medians = time_in_processes(onnx_path, programs, number, rounds, processes)
+        for label in medians[0]:
+            values = [m[label] for m in medians]
+            ratios = [m[label] / m[BASELINE] for m in medians]
+            figures[label] = {
+                "median_ms": statistics.median(values),
+                "ci": (min(values), max(values)),
+                "x_ort": statistics.median(ratios),
+                "x_ort_range": (min(ratios), max(ratios)),
+            }
+    common = {"model": model, "rounds": rounds, "processes": processes}
+    return [{**common, "config": label, **f, "sweep_median_ms": sweep_ms[label]} for label, f in figures.items()]
 
 
 def print_paired(rows: list[dict[str, Any]]) -> None:
-    """The paired table: each program beside ONNX Runtime timed in the same rounds."""
+    """The paired table: each program beside ONNX Runtime timed in the same rounds (and processes)."""
     if not rows:
         return
-    head = f"{'model':18} {'config':34} {'median ms':>10} {'95% CI':>20} {'/ORT':>7} {'sweep ms':>9}"
-    print(f"\nTimed in turn with ONNX Runtime, {rows[0]['rounds']} rounds in this process:")
+    processes = rows[0].get("processes", 1)
+    spread = "95% CI" if processes <= 1 else "processes' range"
+    head = f"{'model':18} {'config':40} {'median ms':>10} {spread:>20} {'/ORT':>7} {'/ORT range':>15} {'sweep ms':>9}"
+    where = "in this process" if processes <= 1 else f"in each of {processes} fresh processes"
+    print(f"\nTimed in turn with ONNX Runtime, {rows[0]['rounds']} rounds {where}:")
     print(head)
     print("-" * len(head))
     for r in rows:
         ci = f"[{r['ci'][0]:.4g}, {r['ci'][1]:.4g}]"
+        ratios = f"[{r['x_ort_range'][0]:.3g}, {r['x_ort_range'][1]:.3g}]" if r.get("x_ort_range") else "-"
         print(
-            f"{r['model']:18} {r['config']:34} {r['median_ms']:>10.4g} {ci:>20} {r['x_ort']:>7.3g} "
+            f"{r['model']:18} {r['config']:40} {r['median_ms']:>10.4g} {ci:>20} {r['x_ort']:>7.3g} {ratios:>15} "
             f"{r['sweep_median_ms']:>9.4g}"
         )
     print(
         "/ORT here: median over ONNX Runtime's median of the same rounds (each round times every row once, the "
-        "order rotated); sweep ms: the row's median in the sweep, its baseline timed at the sweep's start."
+        "order rotated); over several processes, the median of each process's ratio and their range. sweep ms: "
+        "the row's median in the sweep, its baseline timed at the sweep's start."
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", required=True, help="the benchmark sweep's results database URL")
-    parser.add_argument("--sweep", required=True, help="its sweep id")
+    parser.add_argument("--db", action="append", required=True, help="a benchmark sweep's results database URL")
+    parser.add_argument("--sweep", action="append", required=True, help="its sweep id (one per --db, in order)")
     parser.add_argument(
-        "--home", default=None, help="its TVMBENCH_HOME, for the artifacts (default: 'home' beside a SQLite --db)"
+        "--home",
+        action="append",
+        default=None,
+        help="its TVMBENCH_HOME, for the artifacts (one per --db; default: 'home' beside a SQLite --db)",
     )
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--processes", type=int, default=5, help="fresh processes the rounds run in, one after another")
     parser.add_argument("--number", type=int, default=10, help="runs per sample, as the sweep's [measure] number")
     args = parser.parse_args()
-    if args.home is None and not args.db.startswith("sqlite:///"):
-        parser.error("--home: give the sweep's TVMBENCH_HOME (its artifacts are there)")
-    home = Path(args.home) if args.home else Path(args.db.removeprefix("sqlite:///")).parent / "home"
+    if len(args.sweep) != len(args.db) or (args.home and len(args.home) != len(args.db)):
+        parser.error("give one --sweep (and --home, if any) per --db")
+    homes = args.home or [None] * len(args.db)
+    if any(h is None and not db.startswith("sqlite:///") for db, h in zip(args.db, homes, strict=True)):
+        parser.error("--home: give each non-SQLite sweep's TVMBENCH_HOME (its artifacts are there)")
 
     import onnx
 
@@ -168,16 +216,27 @@ def main() -> None:
     from workers import model_zoo
     from workers.onnx_model import bundled_path
 
-    rows = figures(args.db, args.sweep)
+    swept = [(db, sweep, figures(db, sweep)) for db, sweep in zip(args.db, args.sweep, strict=True)]
     work = Path(tempfile.mkdtemp(prefix="tvmbench-paired-"))
-    paths: dict[str, Path] = {}
-    for name in sorted({r["model"] for r in rows}):
+    out: list[dict[str, Any]] = []
+    for name in sorted({r["model"] for _, _, rows in swept for r in rows}):
         if bundled(name):
-            paths[name] = bundled_path(name)
+            path = bundled_path(name)
         elif hasattr(model_zoo, name):  # the benchmark's own models, made again from their seed
-            onnx.save(getattr(model_zoo, name)(), work / f"{name}.onnx")
-            paths[name] = work / f"{name}.onnx"
-    print_paired(paired_rows(rows, args.db, args.sweep, home / "artifacts", paths, args.number, args.rounds))
+            path = work / f"{name}.onnx"
+            onnx.save(getattr(model_zoo, name)(), path)
+        else:
+            continue
+        programs: dict[str, Path] = {}
+        sweep_ms: dict[str, float] = {}
+        for (db, sweep, rows), home in zip(swept, homes, strict=True):
+            artifacts = Path(home or Path(db.removeprefix("sqlite:///")).parent / "home") / "artifacts"
+            prefix = f"{sweep[:6]} " if len(swept) > 1 else ""
+            found, medians = sweep_programs(rows, db, sweep, artifacts, name, prefix)
+            programs.update(found)
+            sweep_ms = {**medians, **sweep_ms}  # the first sweep's ONNX Runtime median stays
+        out += paired_rows(name, path, programs, sweep_ms, args.number, args.rounds, args.processes)
+    print_paired(out)
 
 
 if __name__ == "__main__":

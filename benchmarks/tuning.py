@@ -342,6 +342,12 @@ def main() -> None:
         default=15,
         help="after the sweep, time each tuned program and ONNX Runtime in turn for this many rounds (0: not)",
     )
+    parser.add_argument(
+        "--paired-processes",
+        type=int,
+        default=5,
+        help="the --paired rounds run in this many fresh processes, one after another (a process draws its speed)",
+    )
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
     args = parser.parse_args()
     args.cost_model = args.cost_model or default_cost_model()
@@ -372,11 +378,13 @@ def main() -> None:
     print_kernels(kernels)
     paired: list[dict[str, Any]] = []
     if args.paired > 0:
-        from benchmarks.paired import paired_rows, print_paired
+        from benchmarks.paired import paired_rows, print_paired, sweep_programs
         from workers.onnx_model import bundled_path
 
-        paths = {name: bundled_path(name) if bundled(name) else work / f"{name}.onnx" for name in models}
-        paired = paired_rows(rows, db, sweep_id, work / "home" / "artifacts", paths, args.number, args.paired)
+        for name in models:
+            path = bundled_path(name) if bundled(name) else work / f"{name}.onnx"
+            programs, sweep_ms = sweep_programs(rows, db, sweep_id, work / "home" / "artifacts", name)
+            paired += paired_rows(name, path, programs, sweep_ms, args.number, args.paired, args.paired_processes)
         print_paired(paired)
     if args.json:
         print(json.dumps({"rows": rows, "kernels": kernels, "paired": paired}, indent=2, default=str))
