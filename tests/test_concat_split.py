@@ -88,19 +88,20 @@ def test_a_module_without_a_convolution_of_a_concatenation_is_left_as_it_is() ->
         assert tvm_ffi.structural_equal(split_conv_over_concat()(mod), mod), proto.graph.name
 
 
-def test_the_fold_of_batch_norms_applies_under_a_blocked_layout() -> None:
+def test_the_fold_of_batch_norms_applies_under_a_converted_layout() -> None:
     import onnxruntime
 
     proto = model_zoo.conv_bn()
     x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype("float32")
     want = onnxruntime.InferenceSession(proto.SerializeToString()).run(None, {"x": x})[0]
-    names = {}
-    for pipeline in ("per-target", "per-target-fold-bn"):
-        lowered, got = lowered_and_output(proto, pipeline, x, "NCHW8c")
-        assert np.abs(got - want).max() <= 1e-4 * max(1.0, float(np.abs(want).max())), pipeline
-        names[pipeline] = kernels(lowered)
-    assert any("batch_norm" in k for k in names["per-target"]), names
-    assert not any("batch_norm" in k for k in names["per-target-fold-bn"]), names
+    for layout in ("NCHW8c", "NHWC"):
+        names = {}
+        for pipeline in ("per-target", "per-target-fold-bn"):
+            lowered, got = lowered_and_output(proto, pipeline, x, layout)
+            assert np.abs(got - want).max() <= 1e-4 * max(1.0, float(np.abs(want).max())), (layout, pipeline)
+            names[pipeline] = kernels(lowered)
+        assert any("batch_norm" in k for k in names["per-target"]), (layout, names)
+        assert not any("batch_norm" in k for k in names["per-target-fold-bn"]), (layout, names)
 
 
 def test_a_sweep_converts_the_split_convolutions_to_its_layout_and_stays_correct(
