@@ -7,10 +7,11 @@ rotating order, with the board's thread count: a drift lands in all of them, and
 taken of medians measured side by side. ONNX Runtime runs through the board agent's own function (a fresh
 session per round, its warm-up untimed) and the programs through the VM's time evaluator, as on the board.
 
-A process draws its speed too: on round 10's machine a fresh process timed ONNX Runtime at about 3.7 or
-about 6 ms, and two programs' ratios to it came out the same in one process and 0.2 apart in the next.
-So the rounds run in several fresh processes, one after another (``--processes``), and a program's figure
-is the median of its per-process ratios, with their range.
+The machine's speed moves too, in windows of seconds: on round 10's machine (a cloud VM) a process of 15
+rounds timed ONNX Runtime at about 4 or about 6 ms, and two programs' ratios to it came out the same in
+one process and 0.2 apart in the next (what a slow window slows most is a program that copies feature
+maps). So the rounds run in several fresh processes, one after another (``--processes``), and a program's
+figure is the median of its per-process ratios, with their range.
 
 `benchmarks/tuning.py` runs it after its sweep (`--paired 15 --paired-processes 5`); on its own it re-times
 finished benchmark sweeps from the paths they printed, several at once to compare their programs (each

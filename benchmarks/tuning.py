@@ -346,7 +346,7 @@ def main() -> None:
         "--paired-processes",
         type=int,
         default=5,
-        help="the --paired rounds run in this many fresh processes, one after another (a process draws its speed)",
+        help="the --paired rounds run in this many fresh processes, one after another (the machine's speed moves)",
     )
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
     args = parser.parse_args()
