@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import socket
 import sys
+from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
@@ -36,6 +37,20 @@ def constant_array(expr: Any) -> Any:
     value = getattr(expr, "value", None)
     value = getattr(expr, "data", None) if value is None else value
     return value.numpy() if hasattr(value, "numpy") else None
+
+
+def rewrite_relax_functions(mod: Any, mutator: Any, changed: Callable[[], bool]) -> Any:
+    """``mod`` with each Relax function visited by ``mutator`` (a PyExprMutator made of ``mod``) and dead
+    code eliminated; ``mod`` itself where ``changed()`` says the mutator rewrote nothing (it would still
+    renormalise the module)."""
+    from tvm import relax
+
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            mutator.builder_.update_func(gvar, mutator.visit_expr(func))
+    if not changed():
+        return mod
+    return relax.transform.DeadCodeElimination()(mutator.builder_.get())
 
 
 @functools.cache

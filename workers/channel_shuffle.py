@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.build_common import relax_type, static_shape
+from workers.build_common import relax_type, rewrite_relax_functions, static_shape
 
 PASS_NAME = "FuseChannelShuffleIntoConv"
 
@@ -128,11 +128,6 @@ def fuse_channel_shuffle_into_conv() -> Any:
     @tvm.transform.module_pass(opt_level=0, name=PASS_NAME)
     def fuse(mod: Any, _ctx: Any) -> Any:
         fuser = Fuse(mod)
-        for gvar, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                fuser.builder_.update_func(gvar, fuser.visit_expr(func))
-        if not fuser.fused:
-            return mod  # as it came: the mutator would still renormalise it
-        return relax.transform.DeadCodeElimination()(fuser.builder_.get())
+        return rewrite_relax_functions(mod, fuser, lambda: fuser.fused > 0)
 
     return fuse

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.build_common import constant_array, relax_type, static_shape
+from workers.build_common import constant_array, relax_type, rewrite_relax_functions, static_shape
 
 PASS_NAME = "SplitConvOverConcat"
 CHANNEL_AXES = (1, -3)  # NCHW's channel axis, as the importer writes a concatenation's
@@ -122,11 +122,6 @@ def split_conv_over_concat() -> Any:
     @tvm.transform.module_pass(opt_level=0, name=PASS_NAME)
     def split(mod: Any, _ctx: Any) -> Any:
         splitter = Split(mod)
-        for gvar, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                splitter.builder_.update_func(gvar, splitter.visit_expr(func))
-        if not splitter.split:
-            return mod  # as it came: the mutator would still renormalise it
-        return relax.transform.DeadCodeElimination()(splitter.builder_.get())
+        return rewrite_relax_functions(mod, splitter, lambda: splitter.split > 0)
 
     return split
