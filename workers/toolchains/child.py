@@ -149,7 +149,7 @@ def tasks(directory: Path) -> int:
         mod = from_onnx(model, shape_dict=job.model.shape_dict, keep_params_in_input=False)
         front, _ = split_pipeline(job.pipeline, target)
         with tvm.transform.PassContext(opt_level=job.opt_level), target:
-            fused = front(rewritten_module(job, mod)[0])  # the layout axis: as the build converts it
+            fused = front(rewritten_module(job, mod)[0])  # rewritten and converted, as the build does
         extracted, infos = extract(fused, target, settings.module_equality)
         scope = make_scope(target, job.target.board_key, module_equality=settings.module_equality)
         found = [
